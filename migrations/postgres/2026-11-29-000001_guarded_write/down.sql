@@ -1,0 +1,3 @@
+DROP TABLE dead_letters;
+DROP TABLE resources;
+DROP TABLE processed_events;

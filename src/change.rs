@@ -1,0 +1,283 @@
+//! A desired state for one resource, as read from a webhook event or a list item, and the
+//! pure rules that read it out of JSON: ids, versions (integer or timestamp), state.
+//!
+//! Both flows produce a [`Change`] and hand it to `store`; nothing here touches the
+//! database.
+
+use chrono::DateTime;
+use serde_json::Value;
+
+use crate::config::{Action, VersionFormat};
+
+/// Where a write came from; stored in `resources.origin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Webhook,
+    Reconcile,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Webhook => "webhook",
+            Origin::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// One resource's state at one version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub source: String,
+    pub kind: String,
+    pub id: String,
+    /// 0 for insert-once kinds.
+    pub version: i64,
+    /// Canonical JSON text (keys sorted, no whitespace); `None` for a delete that carries
+    /// no state, which keeps the stored state under the tombstone.
+    pub state: Option<String>,
+    pub action: Action,
+}
+
+/// Why a value could not be read; becomes a 422 and a dead letter on the webhook path, a
+/// page error on the reconcile path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExtractError {
+    #[error("{what} pointer {pointer:?} matches nothing in the document")]
+    Missing { what: &'static str, pointer: String },
+    #[error("{what} at {pointer:?} is {found}, expected {expected}")]
+    WrongType {
+        what: &'static str,
+        pointer: String,
+        found: &'static str,
+        expected: &'static str,
+    },
+    #[error("{what} at {pointer:?}: {reason}")]
+    Invalid {
+        what: &'static str,
+        pointer: String,
+        reason: String,
+    },
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn lookup<'a>(
+    doc: &'a Value,
+    what: &'static str,
+    pointer: &str,
+) -> Result<&'a Value, ExtractError> {
+    doc.pointer(pointer).ok_or_else(|| ExtractError::Missing {
+        what,
+        pointer: pointer.to_string(),
+    })
+}
+
+/// A resource id: a non-empty string, or an integer (written as its decimal text).
+pub fn read_id(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
+    let v = lookup(doc, "id", pointer)?;
+    match v {
+        Value::String(s) if !s.is_empty() => Ok(s.clone()),
+        Value::String(_) => Err(ExtractError::Invalid {
+            what: "id",
+            pointer: pointer.into(),
+            reason: "it is empty".into(),
+        }),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
+        other => Err(ExtractError::WrongType {
+            what: "id",
+            pointer: pointer.into(),
+            found: type_name(other),
+            expected: "a string or an integer",
+        }),
+    }
+}
+
+/// A version as the integer the guard compares: integers as they are (0..=2^63-1),
+/// timestamps as microseconds since the Unix epoch.
+pub fn read_version(
+    doc: &Value,
+    pointer: &str,
+    format: VersionFormat,
+) -> Result<i64, ExtractError> {
+    let v = lookup(doc, "version", pointer)?;
+    let invalid = |reason: String| ExtractError::Invalid {
+        what: "version",
+        pointer: pointer.into(),
+        reason,
+    };
+    let wrong = |expected: &'static str| ExtractError::WrongType {
+        what: "version",
+        pointer: pointer.into(),
+        found: type_name(v),
+        expected,
+    };
+    match format {
+        VersionFormat::Integer => {
+            let text = match v {
+                Value::Number(n) => n.to_string(),
+                // Some senders quote large versions to survive JavaScript clients.
+                Value::String(s) => s.clone(),
+                _ => return Err(wrong("an integer")),
+            };
+            let n: i64 = text
+                .parse()
+                .map_err(|_| invalid(format!("{text} is not an integer between 0 and 2^63-1")))?;
+            if n < 0 {
+                return Err(invalid(format!("{n} is negative")));
+            }
+            Ok(n)
+        }
+        VersionFormat::Rfc3339 => {
+            let Value::String(s) = v else {
+                return Err(wrong("an RFC 3339 timestamp string"));
+            };
+            let t = DateTime::parse_from_rfc3339(s)
+                .map_err(|e| invalid(format!("{s:?} is not an RFC 3339 timestamp ({e})")))?;
+            Ok(t.timestamp_micros())
+        }
+        VersionFormat::Unix => {
+            let secs: f64 = match v {
+                Value::Number(n) => {
+                    if let Some(i) = n.as_i64() {
+                        return i.checked_mul(1_000_000).filter(|m| *m >= 0).ok_or_else(|| {
+                            invalid(format!("{i} is out of range for unix seconds"))
+                        });
+                    }
+                    n.as_f64()
+                        .ok_or_else(|| invalid(format!("{n} is not a number")))?
+                }
+                Value::String(s) => s
+                    .parse()
+                    .map_err(|_| invalid(format!("{s:?} is not unix seconds")))?,
+                _ => return Err(wrong("unix seconds")),
+            };
+            let micros = (secs * 1e6).round();
+            if !(0.0..9.2e18).contains(&micros) {
+                return Err(invalid(format!("{secs} is out of range for unix seconds")));
+            }
+            // In range by the check above.
+            #[allow(clippy::cast_possible_truncation)]
+            Ok(micros as i64)
+        }
+    }
+}
+
+/// The state sub-document as canonical JSON text, so that equal states compare equal as
+/// text on every backend.
+pub fn read_state(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
+    let v = lookup(doc, "state", pointer)?;
+    Ok(canonical_json(v))
+}
+
+/// serde_json's map is ordered by key, so serialising a parsed value is canonical.
+pub fn canonical_json(v: &Value) -> String {
+    v.to_string()
+}
+
+/// Reads a [`Change`] out of `doc` with the given pointers.
+pub struct Pointers<'a> {
+    pub id: &'a str,
+    pub version: Option<&'a str>,
+    pub state: Option<&'a str>,
+    pub version_format: VersionFormat,
+    pub action: Action,
+}
+
+impl Pointers<'_> {
+    pub fn read(&self, doc: &Value, source: &str, kind: &str) -> Result<Change, ExtractError> {
+        Ok(Change {
+            source: source.to_string(),
+            kind: kind.to_string(),
+            id: read_id(doc, self.id)?,
+            version: match self.version {
+                Some(p) => read_version(doc, p, self.version_format)?,
+                None => 0,
+            },
+            state: self.state.map(|p| read_state(doc, p)).transpose()?,
+            action: self.action,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn integer_versions_accept_numbers_and_digit_strings_up_to_i64_max() {
+        let doc = json!({"a": 9223372036854775807_i64, "b": "42", "c": -1, "d": 1.5});
+        assert_eq!(
+            read_version(&doc, "/a", VersionFormat::Integer),
+            Ok(i64::MAX)
+        );
+        assert_eq!(read_version(&doc, "/b", VersionFormat::Integer), Ok(42));
+        assert!(read_version(&doc, "/c", VersionFormat::Integer).is_err());
+        assert!(read_version(&doc, "/d", VersionFormat::Integer).is_err());
+    }
+
+    #[test]
+    fn a_version_beyond_i64_is_refused_not_wrapped() {
+        let doc: Value = serde_json::from_str(r#"{"v": 9223372036854775808}"#).unwrap();
+        assert!(matches!(
+            read_version(&doc, "/v", VersionFormat::Integer),
+            Err(ExtractError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn timestamps_become_microseconds_in_both_formats() {
+        let doc = json!({"r": "2026-07-29T10:00:00Z", "o": "2026-07-29T12:00:00+02:00", "u": 1785319200, "f": 1785319200.5});
+        let r = read_version(&doc, "/r", VersionFormat::Rfc3339).unwrap();
+        assert_eq!(r, 1_785_319_200_000_000);
+        assert_eq!(read_version(&doc, "/o", VersionFormat::Rfc3339).unwrap(), r);
+        assert_eq!(read_version(&doc, "/u", VersionFormat::Unix).unwrap(), r);
+        assert_eq!(
+            read_version(&doc, "/f", VersionFormat::Unix).unwrap(),
+            r + 500_000
+        );
+    }
+
+    #[test]
+    fn ids_may_be_strings_or_integers_but_not_empty_or_objects() {
+        let doc = json!({"s": "ord_1", "n": 17, "e": "", "o": {}});
+        assert_eq!(read_id(&doc, "/s").unwrap(), "ord_1");
+        assert_eq!(read_id(&doc, "/n").unwrap(), "17");
+        assert!(read_id(&doc, "/e").is_err());
+        assert!(matches!(
+            read_id(&doc, "/o"),
+            Err(ExtractError::WrongType { .. })
+        ));
+        assert!(matches!(
+            read_id(&doc, "/x"),
+            Err(ExtractError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn state_text_is_canonical_whatever_the_key_order() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":1}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{ "a": {"x":1, "y":2}, "b": 1 }"#).unwrap();
+        assert_eq!(read_state(&a, "").unwrap(), read_state(&b, "").unwrap());
+    }
+
+    #[test]
+    fn big_numbers_in_state_are_kept_digit_for_digit() {
+        let a: Value =
+            serde_json::from_str(r#"{"amount":123456789012345678901234567890.10}"#).unwrap();
+        assert_eq!(
+            read_state(&a, "").unwrap(),
+            r#"{"amount":123456789012345678901234567890.10}"#
+        );
+    }
+}

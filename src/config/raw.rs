@@ -1,0 +1,181 @@
+//! The configuration as written: TOML file, then `WEBHOOK_RECONCILER__SECTION__KEY`
+//! environment overrides. Nothing here is checked beyond its shape; `super::validate`
+//! turns it into a [`super::Config`].
+//!
+//! Every struct denies unknown fields, so a misspelt key is an error that names it
+//! instead of a setting silently ignored.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The file format, section by section. Defaults are the ones SPEC.md documents.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub database: RawDatabase,
+    pub http: RawHttp,
+    pub retention: RawRetention,
+    pub log: RawLog,
+    pub sources: BTreeMap<String, RawSource>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDatabase {
+    pub url: String,
+    pub max_connections: u32,
+    pub migrate: bool,
+    /// How long a request waits for a database connection before answering 503.
+    pub acquire_timeout: String,
+    /// How long SQLite waits for another writer's lock before giving up.
+    pub busy_timeout: String,
+}
+
+impl Default for RawDatabase {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://webhook-reconciler.db".into(),
+            max_connections: 16,
+            migrate: true,
+            acquire_timeout: "5s".into(),
+            busy_timeout: "10s".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawHttp {
+    pub listen: String,
+    pub max_body: String,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            max_body: "1MiB".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetention {
+    pub every: String,
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        Self { every: "1h".into() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    /// `auto` (human on a terminal, JSON otherwise), `human` or `json`.
+    pub format: String,
+    /// A tracing filter such as `info` or `webhook_reconciler=debug`; `RUST_LOG` wins.
+    pub level: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        Self {
+            format: "auto".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+/// Where a secret comes from. A literal string is accepted (handy in an environment
+/// override), but `env` and `file` keep the secret out of the configuration file.
+#[derive(Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawSecret {
+    Env { env: String },
+    File { file: String },
+    Literal(String),
+}
+
+impl std::fmt::Debug for RawSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Env { env } => write!(f, "{{ env = {env:?} }}"),
+            Self::File { file } => write!(f, "{{ file = {file:?} }}"),
+            Self::Literal(_) => f.write_str("[redacted]"),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSource {
+    pub retry_window: Option<String>,
+    pub retention: Option<String>,
+    pub requests_per_second: Option<f64>,
+    pub api_base: Option<String>,
+    pub api_token: Option<RawSecret>,
+    #[serde(default)]
+    pub insecure_no_signature: bool,
+    #[serde(default)]
+    pub webhook: RawWebhook,
+    #[serde(default)]
+    pub reconcile: RawReconcile,
+    #[serde(default)]
+    pub kinds: BTreeMap<String, RawKind>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawWebhook {
+    pub path: Option<String>,
+    pub scheme: Option<String>,
+    pub secrets: Vec<RawSecret>,
+    pub tolerance: Option<String>,
+    /// hmac-sha256 only: the header carrying the hex signature (default `X-Signature`).
+    pub signature_header: Option<String>,
+    /// hmac-sha256 only: the header carrying the unix timestamp (default
+    /// `X-Signature-Timestamp`).
+    pub timestamp_header: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawReconcile {
+    pub every: Option<String>,
+    pub cron: Option<String>,
+    pub page_size: Option<u32>,
+    pub timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKind {
+    pub list: Option<String>,
+    pub pagination: Option<String>,
+    pub items: Option<String>,
+    pub next_cursor: Option<String>,
+    pub cursor_param: Option<String>,
+    pub limit_param: Option<String>,
+    pub id: Option<String>,
+    pub version: Option<String>,
+    pub version_format: Option<String>,
+    pub state: Option<String>,
+    pub get: Option<String>,
+    #[serde(default)]
+    pub detect_deletes: bool,
+    #[serde(default)]
+    pub events: BTreeMap<String, RawEvent>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvent {
+    pub id: String,
+    pub version: Option<String>,
+    pub state: Option<String>,
+    pub action: Option<String>,
+}

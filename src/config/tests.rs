@@ -1,0 +1,222 @@
+use super::*;
+
+/// SPEC.md's example, with literal secrets instead of env/file references.
+const SPEC_EXAMPLE: &str = r#"
+[database]
+url = "sqlite://webhook-reconciler.db"
+max_connections = 16
+
+[http]
+listen = "127.0.0.1:8080"
+max_body = "1MiB"
+
+[retention]
+every = "1h"
+
+[sources.shop]
+retry_window = "24h"
+requests_per_second = 25
+api_base = "https://api.shop.example/v1"
+api_token = "token"
+
+[sources.shop.webhook]
+path = "/webhooks/shop"
+scheme = "hmac-sha256"
+secrets = ["s1"]
+tolerance = "5m"
+
+[sources.shop.reconcile]
+every = "5m"
+page_size = 500
+timeout = "30s"
+
+[sources.shop.kinds.order]
+list = "/orders"
+pagination = "cursor"
+items = "/data"
+id = "/id"
+version = "/version"
+version_format = "integer"
+get = "/orders/{id}"
+[sources.shop.kinds.order.events."order.status_changed"]
+id = "/data/order_id"
+version = "/data/version"
+state = "/data"
+[sources.shop.kinds.order.events."order.deleted"]
+id = "/data/order_id"
+version = "/data/version"
+action = "delete"
+
+[sources.shop.kinds.refund]
+list = "/refunds"
+id = "/id"
+[sources.shop.kinds.refund.events."refund.succeeded"]
+id = "/data/refund_id"
+state = "/data"
+"#;
+
+fn problems(toml: &str) -> Vec<(String, String)> {
+    Config::from_toml_str(toml)
+        .unwrap_err()
+        .problems
+        .into_iter()
+        .map(|p| (p.key, p.message))
+        .collect()
+}
+
+fn has_problem(toml: &str, key: &str, needle: &str) {
+    let ps = problems(toml);
+    assert!(
+        ps.iter().any(|(k, m)| k == key && m.contains(needle)),
+        "expected a problem at {key} mentioning {needle:?}, got {ps:#?}"
+    );
+}
+
+#[test]
+fn the_spec_example_is_a_valid_configuration() {
+    let c = Config::from_toml_str(SPEC_EXAMPLE).unwrap();
+    let shop = c.source("shop").unwrap();
+    assert_eq!(
+        shop.retention,
+        Duration::from_secs(48 * 3600),
+        "twice the retry window"
+    );
+    assert_eq!(shop.webhook.path, "/webhooks/shop");
+    assert_eq!(
+        shop.reconcile.schedule,
+        Some(Schedule::Every(Duration::from_secs(300)))
+    );
+    let order = shop.kinds.iter().find(|k| k.name == "order").unwrap();
+    assert!(order.versioned());
+    assert_eq!(order.events["order.deleted"].action, Action::Delete);
+    let refund = shop.kinds.iter().find(|k| k.name == "refund").unwrap();
+    assert!(!refund.versioned(), "a kind without version is insert-once");
+}
+
+#[test]
+fn no_file_means_the_documented_defaults() {
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(c.database.backend, Backend::Sqlite);
+    assert_eq!(c.database.redacted_url(), "sqlite://webhook-reconciler.db");
+    assert_eq!(c.http.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.http.max_body, 1 << 20);
+    assert!(c.sources.is_empty());
+}
+
+#[test]
+fn a_retention_shorter_than_the_retry_window_is_refused_by_name() {
+    let toml = SPEC_EXAMPLE.replace(
+        "retry_window = \"24h\"",
+        "retry_window = \"24h\"\nretention = \"12h\"",
+    );
+    has_problem(&toml, "sources.shop.retention", "shorter than retry_window");
+}
+
+#[test]
+fn a_misspelt_key_is_named() {
+    has_problem(
+        "[database]\nurll = \"x\"",
+        "database.urll",
+        "unknown key `urll`",
+    );
+    let toml = SPEC_EXAMPLE.replace("page_size = 500", "pagesize = 500");
+    has_problem(
+        &toml,
+        "sources.shop.reconcile.pagesize",
+        "unknown key `pagesize`",
+    );
+}
+
+#[test]
+fn bad_durations_sizes_and_addresses_name_their_key() {
+    has_problem(
+        &SPEC_EXAMPLE.replace("\"5m\"\npage", "\"5 parsecs\"\npage"),
+        "sources.shop.reconcile.every",
+        "not a duration",
+    );
+    has_problem("[http]\nmax_body = \"lots\"", "http.max_body", "not a size");
+    has_problem("[http]\nlisten = \"localhost\"", "http.listen", "IP:PORT");
+    has_problem(
+        "[database]\nurl = \"mysql://x\"",
+        "database.url",
+        "sqlite:// or postgres://",
+    );
+}
+
+#[test]
+fn an_unsigned_source_needs_the_explicit_insecure_flag() {
+    let toml = "[sources.x.webhook]\nscheme = \"none\"";
+    has_problem(toml, "sources.x.webhook.scheme", "insecure_no_signature");
+    let ok = "[sources.x]\ninsecure_no_signature = true\n[sources.x.webhook]\nscheme = \"none\"";
+    assert!(Config::from_toml_str(ok).is_ok());
+}
+
+#[test]
+fn a_signed_source_needs_a_secret() {
+    has_problem(
+        "[sources.x.webhook]\nscheme = \"github\"",
+        "sources.x.webhook.secrets",
+        "no secret",
+    );
+}
+
+#[test]
+fn a_missing_secret_names_the_variable_and_never_a_value() {
+    let toml = "[sources.x.webhook]\nsecrets = [{ env = \"WR_TEST_SURELY_UNSET_VAR\" }]";
+    has_problem(
+        toml,
+        "sources.x.webhook.secrets[0]",
+        "WR_TEST_SURELY_UNSET_VAR is not set",
+    );
+    let toml = "[sources.x.webhook]\nsecrets = [{ file = \"/nonexistent/secret\" }]";
+    has_problem(toml, "sources.x.webhook.secrets[0]", "/nonexistent/secret");
+}
+
+#[test]
+fn secrets_are_read_from_files_without_the_trailing_newline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    std::fs::write(&path, "hunter2\n").unwrap();
+    let toml = format!(
+        "[sources.x.webhook]\nsecrets = [{{ file = {:?} }}]",
+        path.display().to_string()
+    );
+    let c = Config::from_toml_str(&toml).unwrap();
+    assert_eq!(c.sources[0].webhook.secrets[0].expose(), b"hunter2");
+    assert_eq!(
+        format!("{:?}", c.sources[0].webhook.secrets[0]),
+        "[redacted]"
+    );
+}
+
+#[test]
+fn list_kinds_need_an_api_base_or_absolute_urls() {
+    let toml = "[sources.x.webhook]\nsecrets=[\"s\"]\n[sources.x.kinds.order]\nlist = \"/orders\"";
+    has_problem(toml, "sources.x.api_base", "relative");
+    let ok = "[sources.x.webhook]\nsecrets=[\"s\"]\n[sources.x.kinds.order]\nlist = \"https://a.example/orders\"";
+    assert!(Config::from_toml_str(ok).is_ok());
+}
+
+#[test]
+fn a_versioned_kind_needs_a_version_on_every_event() {
+    let toml = SPEC_EXAMPLE.replace(
+        "id = \"/data/order_id\"\nversion = \"/data/version\"\nstate",
+        "id = \"/data/order_id\"\nstate",
+    );
+    has_problem(
+        &toml,
+        "sources.shop.kinds.order.events.order.status_changed.version",
+        "versioned",
+    );
+}
+
+#[test]
+fn the_database_password_never_shows_in_the_printable_url() {
+    let c = Config::from_toml_str("[database]\nurl = \"postgres://app:s3cret@db.internal/app\"")
+        .unwrap();
+    assert_eq!(
+        c.database.redacted_url(),
+        "postgres://app:***@db.internal/app"
+    );
+    assert!(!format!("{c:?}").contains("s3cret"));
+}

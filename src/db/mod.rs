@@ -1,0 +1,321 @@
+//! The database: one connection type over PostgreSQL and SQLite, pools, transactions and
+//! migrations. Only this module (with `db::sql`) knows diesel and SQL.
+//!
+//! Why our own two-variant enum instead of diesel's `MultiConnection`: the guarded write
+//! needs `ON CONFLICT`, which diesel cannot express on a `MultiConnection`; the SQL
+//! differs between the backends anyway (JSONB casts, timestamps); and
+//! `MultiConnection::establish` hides the real connection error. A `match` on the
+//! variant runs the same `sql_query` code on either backend.
+//!
+//! Invariant: every write runs in one transaction taken by [`Db::write`]; on SQLite it is
+//! `BEGIN IMMEDIATE`, so the write lock is held from the first statement and concurrent
+//! writers queue (busy timeout) instead of failing with "database is locked".
+
+pub mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::{ManageConnection, Pool};
+use diesel::{Connection, PgConnection, SqliteConnection};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+use secrecy::ExposeSecret;
+use tokio::sync::Semaphore;
+
+use crate::config::{Backend, DatabaseConfig};
+
+const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+
+/// Serialises concurrent `migrate` runs of several replicas on one PostgreSQL database.
+const MIGRATION_LOCK_KEY: i64 = 0x7765_6268_6f6f_6b31; // "webhook1"
+
+/// A live connection to either backend.
+pub enum Conn {
+    Postgres(PgConnection),
+    Sqlite(SqliteConnection),
+}
+
+/// Runs the same diesel code against whichever connection is inside a [`Conn`].
+macro_rules! on_conn {
+    ($conn:expr, $c:ident => $body:expr) => {
+        match $conn {
+            $crate::db::Conn::Postgres($c) => $body,
+            $crate::db::Conn::Sqlite($c) => $body,
+        }
+    };
+}
+pub(crate) use on_conn;
+
+impl Conn {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Conn::Postgres(_) => Backend::Postgres,
+            Conn::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    fn batch_execute(&mut self, sql: &str) -> diesel::QueryResult<()> {
+        on_conn!(self, c => c.batch_execute(sql))
+    }
+}
+
+/// Why the database could not do what was asked. Every variant means "try again later"
+/// to a webhook sender (503); the message says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error: {0}")]
+    Query(#[from] diesel::result::Error),
+    #[error("database task failed: {0}")]
+    Task(String),
+}
+
+/// A pooled connection that remembers whether it failed. Any error inside a transaction
+/// retires the connection: it is cheaper to reconnect than to reason about the state a
+/// half-failed connection is in (PostgreSQL restarted, SQLite lock still held...).
+pub struct PoolConn {
+    conn: Conn,
+    broken: bool,
+}
+
+struct Manager {
+    url: String,
+    backend: Backend,
+    busy_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConnectError(String);
+
+impl ManageConnection for Manager {
+    type Connection = PoolConn;
+    type Error = ConnectError;
+
+    fn connect(&self) -> Result<PoolConn, ConnectError> {
+        connect(&self.url, self.backend, self.busy_timeout).map(|conn| PoolConn {
+            conn,
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut PoolConn) -> Result<(), ConnectError> {
+        conn.conn
+            .batch_execute("SELECT 1")
+            .map_err(|e| ConnectError(e.to_string()))
+    }
+
+    fn has_broken(&self, conn: &mut PoolConn) -> bool {
+        conn.broken
+    }
+}
+
+fn connect(url: &str, backend: Backend, busy_timeout: Duration) -> Result<Conn, ConnectError> {
+    match backend {
+        Backend::Postgres => PgConnection::establish(url)
+            .map(Conn::Postgres)
+            .map_err(|e| ConnectError(format!("cannot connect to PostgreSQL: {e}"))),
+        Backend::Sqlite => {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            let mut c = SqliteConnection::establish(path)
+                .map_err(|e| ConnectError(format!("cannot open SQLite database {path:?}: {e}")))?;
+            // busy_timeout first: switching to WAL itself needs the lock when several
+            // connections open at once.
+            c.batch_execute(&format!(
+                "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+                busy_timeout.as_millis()
+            ))
+            .map_err(|e| ConnectError(format!("cannot configure SQLite database {path:?}: {e}")))?;
+            Ok(Conn::Sqlite(c))
+        }
+    }
+}
+
+/// The database handle shared by the whole process. Cheap to clone.
+#[derive(Clone)]
+pub struct Db {
+    backend: Backend,
+    writer: Pool<Manager>,
+    reader: Pool<Manager>,
+    /// Fair FIFO queue in front of the writer pool, so waiting requests park as async
+    /// tasks instead of blocking threads, and in arrival order.
+    write_permits: Arc<Semaphore>,
+    acquire_timeout: Duration,
+}
+
+impl Db {
+    /// Connects once (so a wrong URL or password fails now, with the real message), then
+    /// builds the pools.
+    ///
+    /// SQLite gets a single writer connection: writers serialise on SQLite's lock anyway,
+    /// and queueing them here is fair, whereas SQLite's busy handler retries with
+    /// back-off and lets later writers overtake earlier ones.
+    pub fn connect(cfg: &DatabaseConfig) -> Result<Db, DbError> {
+        let url = cfg.url.expose_secret().to_string();
+        connect(&url, cfg.backend, cfg.busy_timeout).map_err(|e| DbError::Unavailable(e.0))?;
+        let build = |size: u32| {
+            Pool::builder()
+                .max_size(size)
+                .min_idle(Some(size.min(2)))
+                .connection_timeout(cfg.acquire_timeout)
+                // Checked at checkout would cost a round trip per request; broken
+                // connections are retired on error instead (see PoolConn).
+                .test_on_check_out(false)
+                .build_unchecked(Manager {
+                    url: url.clone(),
+                    backend: cfg.backend,
+                    busy_timeout: cfg.busy_timeout,
+                })
+        };
+        let (writer, reader, permits) = match cfg.backend {
+            Backend::Postgres => {
+                let pool = build(cfg.max_connections);
+                (pool.clone(), pool, cfg.max_connections)
+            }
+            Backend::Sqlite => (build(1), build(cfg.max_connections.clamp(1, 4)), 1),
+        };
+        Ok(Db {
+            backend: cfg.backend,
+            writer,
+            reader,
+            write_permits: Arc::new(Semaphore::new(permits as usize)),
+            acquire_timeout: cfg.acquire_timeout,
+        })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Runs `f` in one write transaction on a blocking thread.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit = tokio::time::timeout(
+            self.acquire_timeout,
+            self.write_permits.clone().acquire_owned(),
+        )
+        .await
+        .map_err(|_| {
+            DbError::Unavailable(format!(
+                "no database connection free within {:?}; the database is slow or overloaded",
+                self.acquire_timeout
+            ))
+        })?
+        .map_err(|e| DbError::Task(e.to_string()))?;
+        let pool = self.writer.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let mut pc = checkout(&pool)?;
+            let result = write_tx(&mut pc.conn, f);
+            if result.is_err() {
+                pc.broken = true;
+            }
+            Ok(result?)
+        })
+        .await
+        .map_err(|e| DbError::Task(e.to_string()))?
+    }
+
+    /// Runs `f` on a reader connection (no transaction).
+    pub async fn read<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.reader.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut pc = checkout(&pool)?;
+            let result = f(&mut pc.conn);
+            if result.is_err() {
+                pc.broken = true;
+            }
+            Ok(result?)
+        })
+        .await
+        .map_err(|e| DbError::Task(e.to_string()))?
+    }
+
+    /// Applies the embedded migrations that have not run yet; returns their versions.
+    pub fn migrate(&self) -> Result<Vec<String>, DbError> {
+        let mut pc = checkout(&self.writer)?;
+        let result = migrate(&mut pc.conn);
+        if result.is_err() {
+            pc.broken = true;
+        }
+        result
+    }
+
+    /// Whether every embedded migration has been applied (readiness).
+    pub async fn is_migrated(&self) -> Result<bool, DbError> {
+        let pool = self.reader.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut pc = checkout(&pool)?;
+            let pending = match &mut pc.conn {
+                Conn::Postgres(c) => c.has_pending_migration(PG_MIGRATIONS),
+                Conn::Sqlite(c) => c.has_pending_migration(SQLITE_MIGRATIONS),
+            };
+            match pending {
+                Ok(p) => Ok(!p),
+                Err(e) => {
+                    pc.broken = true;
+                    Err(DbError::Unavailable(e.to_string()))
+                }
+            }
+        })
+        .await
+        .map_err(|e| DbError::Task(e.to_string()))?
+    }
+}
+
+fn checkout(pool: &Pool<Manager>) -> Result<diesel::r2d2::PooledConnection<Manager>, DbError> {
+    pool.get().map_err(|e| DbError::Unavailable(e.to_string()))
+}
+
+fn write_tx<T>(
+    conn: &mut Conn,
+    f: impl FnOnce(&mut Conn) -> diesel::QueryResult<T>,
+) -> diesel::QueryResult<T> {
+    conn.batch_execute(match conn.backend() {
+        Backend::Postgres => "BEGIN",
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+    })?;
+    match f(conn) {
+        Ok(v) => {
+            conn.batch_execute("COMMIT")?;
+            Ok(v)
+        }
+        Err(e) => {
+            // The connection is retired either way; the rollback releases locks now
+            // rather than when the socket closes.
+            let _ = conn.batch_execute("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+fn migrate(conn: &mut Conn) -> Result<Vec<String>, DbError> {
+    let fail = |e: Box<dyn std::error::Error + Send + Sync>| {
+        DbError::Unavailable(format!("migration failed: {e}"))
+    };
+    let applied = match conn {
+        Conn::Postgres(c) => {
+            c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))?;
+            let r = c
+                .run_pending_migrations(PG_MIGRATIONS)
+                .map(|v| v.iter().map(ToString::to_string).collect::<Vec<_>>());
+            c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))?;
+            r.map_err(fail)?
+        }
+        Conn::Sqlite(c) => c
+            .run_pending_migrations(SQLITE_MIGRATIONS)
+            .map(|v| v.iter().map(ToString::to_string).collect())
+            .map_err(fail)?,
+    };
+    Ok(applied)
+}

@@ -1,0 +1,103 @@
+//! The HTTP interface: webhook endpoints, `/healthz`, `/readyz`. Only this module knows
+//! axum. Handlers are thin: read the body within the limit, hand it to
+//! `webhook::Receiver`, and let `reply` turn the result into a status.
+//!
+//! Invariant: no input makes a handler answer 500; every error body is JSON
+//! `{"error": "..."}`.
+
+mod reply;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use serde_json::json;
+
+use crate::db::Db;
+use crate::webhook::Receiver;
+use reply::{error_reply, json_reply};
+
+/// Everything the routes need.
+pub struct HttpState {
+    pub receivers: Vec<(String, Receiver)>,
+    pub db: Db,
+    pub max_body: usize,
+}
+
+/// Builds the router: one POST route per source, plus health endpoints.
+pub fn router(state: HttpState) -> Router {
+    let max_body = state.max_body;
+    let mut router = Router::new();
+    for (path, receiver) in state.receivers {
+        let receiver = Arc::new(receiver);
+        router = router.route(
+            &path,
+            post(move |headers: HeaderMap, body: Body| {
+                let receiver = receiver.clone();
+                async move { receive(&receiver, max_body, headers, body).await }
+            }),
+        );
+    }
+    let db = state.db;
+    router
+        .route(
+            "/healthz",
+            get(|| async { json_reply(StatusCode::OK, json!({"status": "ok"})) }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let db = db.clone();
+                async move { readyz(&db).await }
+            }),
+        )
+        .fallback(|| async { error_reply(StatusCode::NOT_FOUND, "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            error_reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this path",
+            )
+        })
+        // The limit is ours (413 with a JSON body), not axum's default 2 MB.
+        .layer(DefaultBodyLimit::disable())
+}
+
+async fn receive(receiver: &Receiver, max_body: usize, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return reply::too_large(receiver.source(), max_body);
+    }
+    let bytes = match axum::body::to_bytes(body, max_body).await {
+        Ok(b) => b,
+        Err(_) => return reply::too_large(receiver.source(), max_body),
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let result = receiver.receive(&headers, &bytes, now).await;
+    reply::delivery(receiver.source(), result, started.elapsed())
+}
+
+async fn readyz(db: &Db) -> Response {
+    match db.is_migrated().await {
+        Ok(true) => json_reply(StatusCode::OK, json!({"status": "ready", "database": "ok"})),
+        Ok(false) => json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "not ready", "database": "migrations pending; run `webhook-reconciler migrate`"}),
+        ),
+        Err(e) => json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"status": "not ready", "database": e.to_string()}),
+        ),
+    }
+}

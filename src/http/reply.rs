@@ -1,0 +1,80 @@
+//! The one place where results become HTTP statuses (SPEC's HTTP table), and where each
+//! delivery is logged once.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::store::Outcome;
+use crate::webhook::Rejection;
+
+/// Seconds a sender is asked to wait after a 503.
+pub const RETRY_AFTER_SECS: u32 = 10;
+
+pub fn json_reply(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+pub fn error_reply(status: StatusCode, message: impl Into<String>) -> Response {
+    json_reply(status, json!({"error": message.into()}))
+}
+
+pub fn too_large(source: &str, max_body: usize) -> Response {
+    tracing::warn!(
+        source,
+        max_body,
+        "delivery refused: body over http.max_body"
+    );
+    error_reply(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("body is larger than {max_body} bytes (http.max_body)"),
+    )
+}
+
+pub fn delivery(
+    source: &str,
+    result: Result<(Outcome, String), Rejection>,
+    took: Duration,
+) -> Response {
+    let ms = took.as_secs_f64() * 1000.0;
+    match result {
+        Ok((outcome, event_id)) => {
+            if outcome == Outcome::Conflict {
+                tracing::info!(
+                    source,
+                    event_id,
+                    outcome = outcome.as_str(),
+                    ms,
+                    "delivery: equal version with a different state, kept for resolution from the sender"
+                );
+            } else {
+                tracing::debug!(source, event_id, outcome = outcome.as_str(), ms, "delivery");
+            }
+            json_reply(StatusCode::OK, json!({"outcome": outcome}))
+        }
+        Err(Rejection::Unauthorized(e)) => {
+            tracing::warn!(source, error = %e, "delivery refused: not authentic");
+            error_reply(StatusCode::UNAUTHORIZED, e.to_string())
+        }
+        Err(Rejection::BadRequest(e)) => {
+            tracing::warn!(source, error = %e, "delivery refused: not an event envelope");
+            error_reply(StatusCode::BAD_REQUEST, e.to_string())
+        }
+        Err(e @ Rejection::Unprocessable { .. }) => {
+            tracing::warn!(source, error = %e, "delivery dead-lettered: mapped field missing or of the wrong type");
+            error_reply(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
+        }
+        Err(Rejection::Unavailable(e)) => {
+            tracing::error!(source, error = %e, "delivery not applied: database unavailable; the sender will retry");
+            let mut r = error_reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database unavailable; retry later",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+            r
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! webhook-reconciler keeps a local database exactly in step with the resources a webhook
+//! sender owns. See ARCHITECTURE.md for the map; in short:
+//!
+//! - webhook flow: [`http`] (receive) -> [`webhook::verify`] -> [`webhook::envelope`]
+//!   (parse) -> [`store`] (the guarded write) -> [`db`];
+//! - configuration: [`config`] (file + env -> validated `Config`), [`cli`], [`app`].
+
+pub mod app;
+pub mod change;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+pub mod webhook;

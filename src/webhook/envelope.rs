@@ -1,0 +1,96 @@
+//! Parsing a verified body: the envelope (`id`, `type`) and, for a mapped type, the
+//! resource change its pointers describe. Pure.
+
+use serde_json::Value;
+
+use crate::change::{Change, ExtractError, Pointers};
+use crate::config::{EventMapping, VersionFormat};
+
+/// A parsed webhook envelope `{"id", "type", ...}`.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub id: String,
+    pub event_type: String,
+    pub doc: Value,
+}
+
+/// Why a body is not an envelope (400, nothing written).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("body is not JSON: {0}")]
+    NotJson(String),
+    #[error("body is JSON but not an object")]
+    NotObject,
+    #[error("envelope has no {0:?} (a non-empty string is required)")]
+    Missing(&'static str),
+}
+
+pub fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+    let doc: Value =
+        serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+    let obj = doc.as_object().ok_or(EnvelopeError::NotObject)?;
+    let field = |name: &'static str| match obj.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        // Integer ids are common enough (GitHub deliveries, older APIs) to accept.
+        Some(Value::Number(n)) if name == "id" && (n.is_u64() || n.is_i64()) => Ok(n.to_string()),
+        _ => Err(EnvelopeError::Missing(name)),
+    };
+    let id = field("id")?;
+    let event_type = field("type")?;
+    Ok(Envelope {
+        id,
+        event_type,
+        doc,
+    })
+}
+
+/// How one event type maps onto a kind of the source.
+#[derive(Debug, Clone)]
+pub struct KindMapping {
+    pub kind: String,
+    pub mapping: EventMapping,
+    pub version_format: VersionFormat,
+}
+
+impl KindMapping {
+    /// The change this event describes, or why it cannot be read (422).
+    pub fn change(&self, source: &str, env: &Envelope) -> Result<Change, ExtractError> {
+        Pointers {
+            id: &self.mapping.id,
+            version: self.mapping.version.as_deref(),
+            state: self.mapping.state.as_deref(),
+            version_format: self.version_format,
+            action: self.mapping.action,
+        }
+        .read(&env.doc, source, &self.kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_envelope_needs_a_json_object_with_id_and_type() {
+        assert!(matches!(parse(b"not json"), Err(EnvelopeError::NotJson(_))));
+        assert_eq!(parse(b"[1]").unwrap_err(), EnvelopeError::NotObject);
+        assert_eq!(
+            parse(br#"{"type":"a"}"#).unwrap_err(),
+            EnvelopeError::Missing("id")
+        );
+        assert_eq!(
+            parse(br#"{"id":"e1"}"#).unwrap_err(),
+            EnvelopeError::Missing("type")
+        );
+        assert_eq!(
+            parse(br#"{"id":"","type":"a"}"#).unwrap_err(),
+            EnvelopeError::Missing("id")
+        );
+        assert_eq!(
+            parse(br#"{"id":"e1","type":7}"#).unwrap_err(),
+            EnvelopeError::Missing("type")
+        );
+        let e = parse(br#"{"id":42,"type":"a.b","data":{}}"#).unwrap();
+        assert_eq!((e.id.as_str(), e.event_type.as_str()), ("42", "a.b"));
+    }
+}

@@ -1,0 +1,122 @@
+//! The webhook flow for one source: verify -> parse -> guarded write.
+//! Independent of the HTTP framework: `http` turns [`Rejection`]s into status codes.
+
+pub mod envelope;
+pub mod verify;
+
+use std::collections::HashMap;
+
+use http::HeaderMap;
+
+use crate::config::SourceConfig;
+use crate::db::DbError;
+use crate::store::{Delivery, Outcome, Store};
+use envelope::{EnvelopeError, KindMapping};
+use verify::{Verifier, VerifyError};
+
+/// Why a delivery was not applied; each maps to one status in SPEC's HTTP table.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    /// 401: not authentic; nothing written.
+    #[error(transparent)]
+    Unauthorized(#[from] VerifyError),
+    /// 400: not an envelope; nothing written.
+    #[error(transparent)]
+    BadRequest(#[from] EnvelopeError),
+    /// 422: authentic, but the mapped pointers cannot be read; kept in `dead_letters`.
+    #[error("event {event_id} ({event_type}): {reason}; kept in dead_letters")]
+    Unprocessable {
+        event_id: String,
+        event_type: String,
+        reason: String,
+    },
+    /// 503: the database cannot take it now; the sender's retry will succeed later.
+    #[error(transparent)]
+    Unavailable(#[from] DbError),
+}
+
+/// Receives the deliveries of one configured source.
+#[derive(Clone)]
+pub struct Receiver {
+    source: String,
+    verifier: Verifier,
+    /// Event type -> kind and pointers.
+    mappings: HashMap<String, KindMapping>,
+    store: Store,
+}
+
+impl Receiver {
+    pub fn new(source: &SourceConfig, store: Store) -> Self {
+        let mut mappings = HashMap::new();
+        for kind in &source.kinds {
+            for (event_type, mapping) in &kind.events {
+                mappings.insert(
+                    event_type.clone(),
+                    KindMapping {
+                        kind: kind.name.clone(),
+                        mapping: mapping.clone(),
+                        version_format: kind.version_format,
+                    },
+                );
+            }
+        }
+        Self {
+            source: source.name.clone(),
+            verifier: Verifier::new(
+                source.webhook.scheme.clone(),
+                source.webhook.secrets.clone(),
+                source.webhook.tolerance,
+            ),
+            mappings,
+            store,
+        }
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Verifies, parses and applies one delivery at time `now` (unix seconds).
+    pub async fn receive(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: i64,
+    ) -> Result<(Outcome, String), Rejection> {
+        self.verifier.verify(headers, body, now)?;
+        let env = envelope::parse(body)?;
+        let change = match self.mappings.get(&env.event_type) {
+            None => None,
+            Some(m) => match m.change(&self.source, &env) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    let reason = e.to_string();
+                    self.store
+                        .dead_letter(
+                            self.source.clone(),
+                            env.id.clone(),
+                            env.event_type.clone(),
+                            reason.clone(),
+                            String::from_utf8_lossy(body).into_owned(),
+                        )
+                        .await?;
+                    return Err(Rejection::Unprocessable {
+                        event_id: env.id,
+                        event_type: env.event_type,
+                        reason,
+                    });
+                }
+            },
+        };
+        let outcome = self
+            .store
+            .apply_event(Delivery {
+                source: self.source.clone(),
+                event_id: env.id.clone(),
+                event_type: env.event_type,
+                change,
+            })
+            .await?;
+        Ok((outcome, env.id))
+    }
+}

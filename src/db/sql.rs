@@ -95,6 +95,18 @@ pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) 
     sql
 }
 
+/// The claim statement: `$1..$4` = source, event_id, event_type, provisional outcome.
+pub fn claim_sql(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => {
+            "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ($1, $2, $3, $4) ON CONFLICT (source, event_id) DO NOTHING"
+        }
+        Backend::Sqlite => {
+            "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (source, event_id) DO NOTHING"
+        }
+    }
+}
+
 /// Claims an event id. Returns false when the id was already claimed (a duplicate).
 /// On PostgreSQL a concurrent claim of the same id waits here until the first
 /// transaction ends, then sees it taken (or takes it, if the first rolled back).
@@ -105,14 +117,7 @@ pub fn claim_event(
     event_type: &str,
     outcome: &str,
 ) -> diesel::QueryResult<bool> {
-    let sql = match conn.backend() {
-        Backend::Postgres => {
-            "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ($1, $2, $3, $4) ON CONFLICT (source, event_id) DO NOTHING"
-        }
-        Backend::Sqlite => {
-            "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (source, event_id) DO NOTHING"
-        }
-    };
+    let sql = claim_sql(conn.backend());
     let n = on_conn!(conn, c => sql_query(sql)
         .bind::<Text, _>(source)
         .bind::<Text, _>(event_id)

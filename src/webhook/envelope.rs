@@ -25,18 +25,31 @@ pub enum EnvelopeError {
     Missing(&'static str),
 }
 
-pub fn parse(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+/// Event id and type carried in headers by schemes whose bodies may lack them
+/// (GitHub's `X-GitHub-Delivery` / `X-GitHub-Event`, Standard Webhooks' `webhook-id`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeaderIds<'a> {
+    pub id: Option<&'a str>,
+    pub event_type: Option<&'a str>,
+}
+
+/// Parses an envelope; the body's `id` and `type` win over `headers`.
+pub fn parse(body: &[u8], headers: HeaderIds<'_>) -> Result<Envelope, EnvelopeError> {
     let doc: Value =
         serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let obj = doc.as_object().ok_or(EnvelopeError::NotObject)?;
-    let field = |name: &'static str| match obj.get(name) {
+    let field = |name: &'static str, fallback: Option<&str>| match obj.get(name) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        // Integer ids are common enough (GitHub deliveries, older APIs) to accept.
+        // Integer ids are common enough (older APIs) to accept.
         Some(Value::Number(n)) if name == "id" && (n.is_u64() || n.is_i64()) => Ok(n.to_string()),
+        None => fallback
+            .filter(|f| !f.is_empty())
+            .map(String::from)
+            .ok_or(EnvelopeError::Missing(name)),
         _ => Err(EnvelopeError::Missing(name)),
     };
-    let id = field("id")?;
-    let event_type = field("type")?;
+    let id = field("id", headers.id)?;
+    let event_type = field("type", headers.event_type)?;
     Ok(Envelope {
         id,
         event_type,
@@ -72,6 +85,7 @@ mod tests {
 
     #[test]
     fn an_envelope_needs_a_json_object_with_id_and_type() {
+        let parse = |b: &[u8]| super::parse(b, HeaderIds::default());
         assert!(matches!(parse(b"not json"), Err(EnvelopeError::NotJson(_))));
         assert_eq!(parse(b"[1]").unwrap_err(), EnvelopeError::NotObject);
         assert_eq!(
@@ -92,5 +106,17 @@ mod tests {
         );
         let e = parse(br#"{"id":42,"type":"a.b","data":{}}"#).unwrap();
         assert_eq!((e.id.as_str(), e.event_type.as_str()), ("42", "a.b"));
+    }
+
+    #[test]
+    fn header_ids_fill_in_only_what_the_body_lacks() {
+        let h = HeaderIds {
+            id: Some("hdr-id"),
+            event_type: Some("issues"),
+        };
+        let e = parse(br#"{"action":"opened"}"#, h).unwrap();
+        assert_eq!((e.id.as_str(), e.event_type.as_str()), ("hdr-id", "issues"));
+        let e = parse(br#"{"id":"body-id","type":"t"}"#, h).unwrap();
+        assert_eq!((e.id.as_str(), e.event_type.as_str()), ("body-id", "t"));
     }
 }

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 
 use http::HeaderMap;
 
-use crate::config::SourceConfig;
+use crate::config::{Scheme, SourceConfig};
 use crate::db::DbError;
 use crate::store::{Delivery, Outcome, Store};
-use envelope::{EnvelopeError, KindMapping};
+use envelope::{EnvelopeError, HeaderIds, KindMapping};
 use verify::{Verifier, VerifyError};
 
 /// Why a delivery was not applied; each maps to one status in SPEC's HTTP table.
@@ -39,6 +39,7 @@ pub enum Rejection {
 #[derive(Clone)]
 pub struct Receiver {
     source: String,
+    scheme: Scheme,
     verifier: Verifier,
     /// Event type -> kind and pointers.
     mappings: HashMap<String, KindMapping>,
@@ -62,6 +63,7 @@ impl Receiver {
         }
         Self {
             source: source.name.clone(),
+            scheme: source.webhook.scheme.clone(),
             verifier: Verifier::new(
                 source.webhook.scheme.clone(),
                 source.webhook.secrets.clone(),
@@ -69,6 +71,21 @@ impl Receiver {
             ),
             mappings,
             store,
+        }
+    }
+
+    fn header_ids<'a>(&self, headers: &'a HeaderMap) -> HeaderIds<'a> {
+        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        match self.scheme {
+            Scheme::Github => HeaderIds {
+                id: get("X-GitHub-Delivery"),
+                event_type: get("X-GitHub-Event"),
+            },
+            Scheme::StandardWebhooks => HeaderIds {
+                id: get("webhook-id"),
+                event_type: None,
+            },
+            _ => HeaderIds::default(),
         }
     }
 
@@ -84,7 +101,7 @@ impl Receiver {
         now: i64,
     ) -> Result<(Outcome, String), Rejection> {
         self.verifier.verify(headers, body, now)?;
-        let env = envelope::parse(body)?;
+        let env = envelope::parse(body, self.header_ids(headers))?;
         let change = match self.mappings.get(&env.event_type) {
             None => None,
             Some(m) => match m.change(&self.source, &env) {

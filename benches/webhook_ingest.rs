@@ -1,0 +1,382 @@
+//! Webhook ingest benchmark: the real HTTP server, signed deliveries at a fixed
+//! concurrency, half of them duplicates; then a check that every effect landed exactly
+//! once; then, on PostgreSQL, `pgbench` running the very same SQL transaction (taken
+//! from `db::sql`) with the same concurrency and the same applied/duplicate mix, so the
+//! ratio says how much of the database's capacity the receiver delivers.
+//!
+//!   cargo bench --bench webhook_ingest                      # both backends
+//!   cargo bench --bench webhook_ingest -- --backend postgres --events 20000
+//!
+//! Options: --backend postgres|sqlite|both, --events N (each delivered twice),
+//! --concurrency C (default 32), --pool P (PostgreSQL connections, default 32),
+//! --pgbench-seconds S (default 15). PostgreSQL server: $WR_TEST_PG
+//! (default postgres://postgres@127.0.0.1:5432).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use diesel::connection::SimpleConnection;
+use diesel::sql_types::BigInt;
+use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection, sql_query};
+use rand::seq::SliceRandom;
+use webhook_reconciler::app::Application;
+use webhook_reconciler::config::{Backend, Config};
+use webhook_reconciler::db::sql::{Guard, claim_sql, upsert_sql};
+use webhook_reconciler::webhook::verify::sign;
+
+const SECRET: &str = "bench-secret";
+
+struct Args {
+    backends: Vec<Backend>,
+    events: usize,
+    concurrency: usize,
+    pool: u32,
+    pgbench_seconds: u32,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        backends: vec![Backend::Postgres, Backend::Sqlite],
+        events: 10_000,
+        concurrency: 32,
+        pool: 32,
+        pgbench_seconds: 15,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let val = || argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--backend" => {
+                a.backends = match val().as_str() {
+                    "postgres" => vec![Backend::Postgres],
+                    "sqlite" => vec![Backend::Sqlite],
+                    _ => vec![Backend::Postgres, Backend::Sqlite],
+                };
+                i += 1;
+            }
+            "--events" => {
+                a.events = val().parse().expect("--events N");
+                i += 1;
+            }
+            "--concurrency" => {
+                a.concurrency = val().parse().expect("--concurrency C");
+                i += 1;
+            }
+            "--pool" => {
+                a.pool = val().parse().expect("--pool P");
+                i += 1;
+            }
+            "--pgbench-seconds" => {
+                a.pgbench_seconds = val().parse().expect("--pgbench-seconds S");
+                i += 1;
+            }
+            // cargo bench passes --bench; ignore what we do not know.
+            _ => {}
+        }
+        i += 1;
+    }
+    a
+}
+
+fn pg_server() -> String {
+    std::env::var("WR_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+fn fresh_pg_db(tag: &str) -> (String, String) {
+    let name = format!("wr_bench_{tag}_{:08x}", rand::random::<u32>());
+    let mut admin = PgConnection::establish(&format!("{}/test", pg_server()))
+        .expect("PostgreSQL unreachable; run scripts/ensure-postgres.sh");
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    (format!("{}/{name}", pg_server()), name)
+}
+
+fn drop_pg_db(name: &str) {
+    if let Ok(mut admin) = PgConnection::establish(&format!("{}/test", pg_server())) {
+        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    }
+}
+
+#[derive(QueryableByName)]
+struct N {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+fn count(backend: Backend, url: &str, sql: &str) -> i64 {
+    let rows: Vec<N> = match backend {
+        Backend::Postgres => sql_query(sql).load(&mut PgConnection::establish(url).unwrap()).unwrap(),
+        Backend::Sqlite => sql_query(sql)
+            .load(&mut SqliteConnection::establish(url.trim_start_matches("sqlite://")).unwrap())
+            .unwrap(),
+    };
+    rows[0].n
+}
+
+fn config(url: &str, pool: u32) -> Config {
+    Config::from_toml_str(&format!(
+        r#"
+[database]
+url = "{url}"
+max_connections = {pool}
+acquire_timeout = "30s"
+[http]
+listen = "127.0.0.1:0"
+[log]
+level = "warn"
+[sources.shop.webhook]
+secrets = ["{SECRET}"]
+[sources.shop.kinds.refund.events."refund.succeeded"]
+id = "/data/refund_id"
+"#
+    ))
+    .unwrap()
+}
+
+fn event_body(i: usize) -> String {
+    serde_json::json!({
+        "id": format!("evt_{i:08}"),
+        "type": "refund.succeeded",
+        "created_at": "2026-07-29T10:00:00Z",
+        "data": {"refund_id": format!("re_{i:08}"), "order_id": "ord_42", "amount": 4200, "currency": "EUR"},
+    })
+    .to_string()
+}
+
+struct Run {
+    deliveries: usize,
+    seconds: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    applied: usize,
+    duplicate: usize,
+    other: usize,
+}
+
+async fn drive(addr: std::net::SocketAddr, events: usize, concurrency: usize) -> Run {
+    let mut bodies: Vec<Arc<String>> = (0..events).map(|i| Arc::new(event_body(i))).collect();
+    // Every event twice, shuffled: duplicates arrive both far apart and concurrently.
+    bodies.extend(bodies.clone());
+    bodies.shuffle(&mut rand::rng());
+    let queue = Arc::new(std::sync::Mutex::new(bodies));
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .unwrap();
+    let url = format!("http://{addr}/webhooks/shop");
+    let started = Instant::now();
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (queue, client, url) = (queue.clone(), client.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let (mut applied, mut duplicate, mut other) = (0, 0, 0);
+                loop {
+                    let Some(body) = queue.lock().unwrap().pop() else { break };
+                    let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+                    let sig = sign::hmac_sha256(SECRET.as_bytes(), ts, body.as_bytes());
+                    let t = Instant::now();
+                    let r = client
+                        .post(&url)
+                        .header("X-Signature", sig)
+                        .header("X-Signature-Timestamp", ts.to_string())
+                        .body(body.as_str().to_owned())
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = r.status();
+                    let text = r.text().await.unwrap();
+                    lat.push(t.elapsed());
+                    match (status.as_u16(), text.as_str()) {
+                        (200, r#"{"outcome":"applied"}"#) => applied += 1,
+                        (200, r#"{"outcome":"duplicate"}"#) => duplicate += 1,
+                        _ => {
+                            other += 1;
+                            eprintln!("unexpected answer {status}: {text}");
+                        }
+                    }
+                }
+                (lat, applied, duplicate, other)
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    let (mut applied, mut duplicate, mut other) = (0, 0, 0);
+    for w in workers {
+        let (l, a, d, o) = w.await.unwrap();
+        lat.extend(l);
+        applied += a;
+        duplicate += d;
+        other += o;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)].as_secs_f64() * 1000.0;
+    Run {
+        deliveries: lat.len(),
+        seconds,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        applied,
+        duplicate,
+        other,
+    }
+}
+
+/// Writes the two pgbench scripts from the product's own SQL: an applied delivery
+/// (claim + guarded upsert) and a duplicate (claim that conflicts), weighted 1:1.
+fn pgbench_scripts(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let claim = claim_sql(Backend::Postgres);
+    let upsert = upsert_sql(Backend::Postgres, 1, Guard::NewerOnly, false);
+    let state = r#"'{"amount": 4200, "currency": "EUR", "order_id": "ord_42", "refund_id": "x"}'"#;
+    let event_id = "('evt_' || :client_id || '_' || :n)";
+    let applied_claim = claim
+        .replace("$1", "'shop'")
+        .replace("$2", event_id)
+        .replace("$3", "'refund.succeeded'")
+        .replace("$4", "'applied'");
+    let applied_upsert = upsert
+        .replace("$1", "'shop'")
+        .replace("$2", "'refund'")
+        .replace("$3", "('re_' || :client_id || '_' || :n)")
+        .replace("$4", "0")
+        .replace("$5", state)
+        .replace("$6", "false")
+        .replace("$7", "'webhook'")
+        .replace("$8", event_id);
+    let dup_claim = claim
+        .replace("$1", "'shop'")
+        .replace("$2", "('dup_' || :d)")
+        .replace("$3", "'refund.succeeded'")
+        .replace("$4", "'applied'");
+    let applied = dir.join("applied.sql");
+    let dup = dir.join("duplicate.sql");
+    std::fs::write(
+        &applied,
+        format!("\\set n random(1, 2000000000)\nBEGIN;\n{applied_claim};\n{applied_upsert};\nCOMMIT;\n"),
+    )
+    .unwrap();
+    std::fs::write(&dup, format!("\\set d random(1, 1000)\nBEGIN;\n{dup_claim};\nCOMMIT;\n")).unwrap();
+    (applied, dup)
+}
+
+fn pgbench(url: &str, concurrency: usize, seconds: u32) -> Option<f64> {
+    let dir = tempfile::tempdir().unwrap();
+    let (applied, dup) = pgbench_scripts(dir.path());
+    let mut c = PgConnection::establish(url).unwrap();
+    c.batch_execute(
+        "INSERT INTO processed_events (source, event_id, event_type, outcome) \
+         SELECT 'shop', 'dup_' || g, 'refund.succeeded', 'applied' FROM generate_series(1, 1000) g",
+    )
+    .unwrap();
+    let out = Command::new("pgbench")
+        .args(["-n", "-M", "extended", "-c", &concurrency.to_string(), "-j", "2"])
+        .args(["-T", &seconds.to_string()])
+        .arg("-f")
+        .arg(format!("{}@1", applied.display()))
+        .arg("-f")
+        .arg(format!("{}@1", dup.display()))
+        .arg(url)
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            println!("  pgbench not available ({e}); no comparison");
+            return None;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        println!("  pgbench failed: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    text.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn main() {
+    let a = args();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    println!(
+        "webhook ingest: {} events, each delivered twice ({} deliveries), concurrency {}",
+        a.events,
+        a.events * 2,
+        a.concurrency
+    );
+    let mut ok = true;
+    for backend in a.backends.clone() {
+        let (url, pg_name, _dir) = match backend {
+            Backend::Postgres => {
+                let (url, name) = fresh_pg_db("http");
+                (url, Some(name), None)
+            }
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+                (url, None, Some(dir))
+            }
+        };
+        let run = rt.block_on(async {
+            let app = Application::build(config(&url, a.pool)).await.unwrap();
+            let addr = app.local_addr();
+            let server = tokio::spawn(app.run_until(std::future::pending()));
+            let run = drive(addr, a.events, a.concurrency).await;
+            server.abort();
+            run
+        });
+        let rows = count(backend, &url, "SELECT COUNT(*) AS n FROM resources");
+        let claims = count(backend, &url, "SELECT COUNT(*) AS n FROM processed_events");
+        let exactly_once = run.applied == a.events
+            && run.duplicate == a.events
+            && run.other == 0
+            && rows == a.events as i64
+            && claims == a.events as i64;
+        ok &= exactly_once;
+        let rate = run.deliveries as f64 / run.seconds;
+        println!(
+            "{:<9} {:>8.0} deliveries/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} deliveries in {:.2}s)",
+            format!("{backend:?}"),
+            rate,
+            run.p50_ms,
+            run.p99_ms,
+            run.deliveries,
+            run.seconds
+        );
+        println!(
+            "          exactly-once: {} (applied {}, duplicate {}, other {}; rows {}, claims {})",
+            if exactly_once { "yes" } else { "NO" },
+            run.applied,
+            run.duplicate,
+            run.other,
+            rows,
+            claims
+        );
+        if let Some(name) = pg_name {
+            drop_pg_db(&name);
+            let (pg_url, pg_name) = fresh_pg_db("pgbench");
+            // The same schema, from the product's own migrations.
+            rt.block_on(async {
+                let app = Application::build(config(&pg_url, 1)).await.unwrap();
+                drop(app);
+            });
+            if let Some(tps) = pgbench(&pg_url, a.concurrency, a.pgbench_seconds) {
+                println!(
+                    "          pgbench, same SQL transaction and mix, {} clients, {}s: {:.0} tx/s; receiver = {:.0}% of pgbench",
+                    a.concurrency,
+                    a.pgbench_seconds,
+                    tps,
+                    100.0 * rate / tps
+                );
+            }
+            drop_pg_db(&pg_name);
+        }
+    }
+    if !ok {
+        eprintln!("exactly-once check FAILED");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,194 @@
+//! The binary as an operator runs it: exit codes, messages, no secrets in output.
+
+use std::process::Command;
+
+use crate::helpers::{Backend, TestDb};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_webhook-reconciler"));
+    c.env_remove("WEBHOOK_RECONCILER_CONFIG");
+    c
+}
+
+fn write_config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let p = dir.join("config.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn check_config_exits_2_and_names_the_key_when_retention_is_too_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "[sources.shop]\nretry_window = \"24h\"\nretention = \"1h\"\n[sources.shop.webhook]\nsecrets = [\"x\"]\n",
+    );
+    let out = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("check-config")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sources.shop.retention") && err.contains("shorter than retry_window"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_config_reports_a_missing_secret_without_printing_any_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "[sources.shop.webhook]\nsecrets = [{ env = \"WR_SHOP_SECRET\" }]\n",
+    );
+    let out = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("check-config")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("WR_SHOP_SECRET is not set"));
+
+    let out = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("check-config")
+        .env("WR_SHOP_SECRET", "sup3r-s3cret-value")
+        .env(
+            "WEBHOOK_RECONCILER__DATABASE__URL",
+            "postgres://app:db-pa55word@db.internal/app",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains("configuration OK") && all.contains("db.internal"),
+        "env override applied: {all}"
+    );
+    assert!(
+        !all.contains("sup3r-s3cret-value") && !all.contains("db-pa55word"),
+        "{all}"
+    );
+}
+
+#[test]
+fn an_env_override_with_a_bad_value_names_the_key() {
+    let out = bin()
+        .arg("check-config")
+        .env("WEBHOOK_RECONCILER__HTTP__LISTEN", "not-an-address")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http.listen"));
+}
+
+#[test]
+fn a_missing_config_file_is_a_usage_error() {
+    let out = bin()
+        .args(["--config", "/nonexistent/wr.toml", "check-config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/wr.toml"));
+}
+
+#[test]
+fn an_unknown_command_is_a_usage_error() {
+    let out = bin().arg("frobnicate").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help_never_shows_a_secret_from_the_environment() {
+    let out = bin()
+        .arg("--help")
+        .env(
+            "WEBHOOK_RECONCILER__SOURCES__SHOP__WEBHOOK__SECRETS",
+            "[\"leak-me-not\"]",
+        )
+        .env("SHOP_WEBHOOK_SECRET", "leak-me-not")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("leak-me-not"));
+}
+
+#[test]
+fn migrate_creates_the_tables_on_both_backends_and_is_idempotent() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let db = TestDb::new(backend);
+        for round in 0..2 {
+            let out = bin()
+                .arg("migrate")
+                .env("WEBHOOK_RECONCILER__DATABASE__URL", &db.url)
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{backend:?} round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            if round == 1 {
+                assert!(stdout.contains("up to date"), "{stdout}");
+            }
+        }
+        assert_eq!(db.count("resources"), 0);
+        assert_eq!(db.count("processed_events"), 0);
+        assert_eq!(db.count("dead_letters"), 0);
+    }
+}
+
+#[test]
+fn migrate_against_an_unreachable_database_exits_1_with_the_reason() {
+    let out = bin()
+        .arg("migrate")
+        .env(
+            "WEBHOOK_RECONCILER__DATABASE__URL",
+            "postgres://postgres@127.0.0.1:1/none",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
+}
+
+#[test]
+fn the_shipped_example_configurations_are_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("shop-token"), "token\n").unwrap();
+    for file in [
+        "config/webhook-reconciler.example.toml",
+        "config/local.toml",
+    ] {
+        let out = bin()
+            .args(["--config", file, "check-config"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("SHOP_WEBHOOK_SECRET", "x")
+            .env("CREDENTIALS_DIRECTORY", dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,182 @@
+//! A fresh database per test, and read-only queries for assertions.
+
+use diesel::connection::SimpleConnection;
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
+use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection, sql_query};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// Server URL for the PostgreSQL tests (no database name).
+pub fn pg_server() -> String {
+    std::env::var("WR_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+fn pg_admin() -> PgConnection {
+    let url = format!("{}/test", pg_server());
+    PgConnection::establish(&url).unwrap_or_else(|e| {
+        panic!(
+            "PostgreSQL is unreachable at {url} ({e}). The PostgreSQL tests never skip: start it with \
+             `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or set WR_TEST_PG"
+        )
+    })
+}
+
+/// One test's database, dropped (PostgreSQL) or deleted (SQLite) at the end.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    pub pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub fn new(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Postgres => {
+                let name = format!("wr_test_{:016x}", rand::random::<u64>());
+                pg_admin()
+                    .batch_execute(&format!("CREATE DATABASE {name}"))
+                    .unwrap();
+                TestDb {
+                    backend,
+                    url: format!("{}/{name}", pg_server()),
+                    pg_name: Some(name),
+                    _dir: None,
+                }
+            }
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("test.db");
+                TestDb {
+                    backend,
+                    url: format!("sqlite://{}", path.display()),
+                    pg_name: None,
+                    _dir: Some(dir),
+                }
+            }
+        }
+    }
+
+    fn sqlite_path(&self) -> &str {
+        self.url.strip_prefix("sqlite://").unwrap()
+    }
+
+    /// Runs a query returning one BIGINT column named `n`.
+    pub fn scalar(&self, sql: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct N {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let rows: Vec<N> = match self.backend {
+            Backend::Postgres => sql_query(sql)
+                .load(&mut PgConnection::establish(&self.url).unwrap())
+                .unwrap(),
+            Backend::Sqlite => sql_query(sql)
+                .load(&mut SqliteConnection::establish(self.sqlite_path()).unwrap())
+                .unwrap(),
+        };
+        rows[0].n
+    }
+
+    pub fn count(&self, table_and_where: &str) -> i64 {
+        self.scalar(&format!("SELECT COUNT(*) AS n FROM {table_and_where}"))
+    }
+
+    /// The stored row of one resource.
+    pub fn resource(&self, source: &str, kind: &str, id: &str) -> Option<Resource> {
+        let sql = match self.backend {
+            Backend::Postgres => {
+                "SELECT id, version, state::text AS state, deleted, origin, last_event_id FROM resources WHERE source = $1 AND kind = $2 AND id = $3"
+            }
+            Backend::Sqlite => {
+                "SELECT id, version, state, deleted, origin, last_event_id FROM resources WHERE source = ?1 AND kind = ?2 AND id = ?3"
+            }
+        };
+        let q = sql_query(sql)
+            .bind::<Text, _>(source)
+            .bind::<Text, _>(kind)
+            .bind::<Text, _>(id);
+        let mut rows: Vec<Resource> = match self.backend {
+            Backend::Postgres => q
+                .load(&mut PgConnection::establish(&self.url).unwrap())
+                .unwrap(),
+            Backend::Sqlite => q
+                .load(&mut SqliteConnection::establish(self.sqlite_path()).unwrap())
+                .unwrap(),
+        };
+        rows.pop()
+    }
+
+    /// The `outcome` recorded for an event id.
+    pub fn event_outcome(&self, source: &str, event_id: &str) -> Option<String> {
+        #[derive(QueryableByName)]
+        struct O {
+            #[diesel(sql_type = Text)]
+            outcome: String,
+        }
+        let sql = match self.backend {
+            Backend::Postgres => {
+                "SELECT outcome FROM processed_events WHERE source = $1 AND event_id = $2"
+            }
+            Backend::Sqlite => {
+                "SELECT outcome FROM processed_events WHERE source = ?1 AND event_id = ?2"
+            }
+        };
+        let q = sql_query(sql)
+            .bind::<Text, _>(source)
+            .bind::<Text, _>(event_id);
+        let mut rows: Vec<O> = match self.backend {
+            Backend::Postgres => q
+                .load(&mut PgConnection::establish(&self.url).unwrap())
+                .unwrap(),
+            Backend::Sqlite => q
+                .load(&mut SqliteConnection::establish(self.sqlite_path()).unwrap())
+                .unwrap(),
+        };
+        rows.pop().map(|o| o.outcome)
+    }
+
+    /// Opens a SQLite connection that holds the write lock until dropped.
+    pub fn lock_sqlite(&self) -> SqliteConnection {
+        let mut c = SqliteConnection::establish(self.sqlite_path()).unwrap();
+        c.batch_execute("BEGIN EXCLUSIVE").unwrap();
+        c
+    }
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Resource {
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = BigInt)]
+    pub version: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state: Option<String>,
+    #[diesel(sql_type = Bool)]
+    pub deleted: bool,
+    #[diesel(sql_type = Text)]
+    pub origin: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_event_id: Option<String>,
+}
+
+impl Resource {
+    pub fn state_json(&self) -> serde_json::Value {
+        serde_json::from_str(self.state.as_deref().unwrap_or("null")).unwrap()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            // FORCE ends the app's pooled connections.
+            let _ =
+                pg_admin().batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! One integration-test binary (the crate links once). Every test gets its own database:
+//! a fresh PostgreSQL database or a fresh SQLite file. PostgreSQL tests fail loudly when
+//! the server is unreachable; they never skip.
+
+// Test code may unwrap: a panic here is a failed test, not an outage.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod helpers;
+
+mod cli;
+mod store;
+mod webhook_http;

@@ -1,0 +1,401 @@
+//! The guarded write through the store API, on both backends: the guide's four tests,
+//! ties, tombstones, insert-once kinds, the batch form, and awkward ids and versions.
+
+use webhook_reconciler::change::Change;
+use webhook_reconciler::config::{Action, Config};
+use webhook_reconciler::db::Db;
+use webhook_reconciler::store::{Delivery, Outcome, Store};
+
+use crate::helpers::{Backend, TestDb, both_backends, config_toml};
+
+async fn store_on(db: &TestDb) -> Store {
+    let config = Config::from_toml_str(&config_toml(&db.url, "")).unwrap();
+    let handle = Db::connect(&config.database).unwrap();
+    let h2 = handle.clone();
+    tokio::task::spawn_blocking(move || h2.migrate())
+        .await
+        .unwrap()
+        .unwrap();
+    Store::new(handle)
+}
+
+fn order(id: &str, version: i64, status: &str) -> Change {
+    Change {
+        source: "shop".into(),
+        kind: "order".into(),
+        id: id.into(),
+        version,
+        state: Some(serde_json::json!({ "status": status }).to_string()),
+        action: Action::Upsert,
+    }
+}
+
+fn refund(id: &str, amount: i64) -> Change {
+    Change {
+        source: "shop".into(),
+        kind: "refund".into(),
+        id: id.into(),
+        version: 0,
+        state: Some(format!(r#"{{"amount":{amount}}}"#)),
+        action: Action::Upsert,
+    }
+}
+
+fn delivery(event_id: &str, change: Change) -> Delivery {
+    Delivery {
+        source: "shop".into(),
+        event_id: event_id.into(),
+        event_type: "order.status_changed".into(),
+        change: Some(change),
+    }
+}
+
+both_backends!(
+    a_repeated_delivery_applies_the_effect_once,
+    concurrent_deliveries_of_the_same_event_from_three_replicas_apply_it_once,
+    an_out_of_order_status_update_is_discarded,
+    a_burst_of_200_deliveries_half_duplicates_applies_each_effect_once,
+    an_equal_version_with_another_state_is_a_conflict_and_keeps_the_row,
+    a_tombstone_stops_an_older_create_from_reviving_the_row,
+    an_insert_once_kind_is_never_overwritten_by_a_webhook,
+    ids_with_unicode_quotes_and_sql_are_stored_verbatim,
+    the_largest_version_is_stored_and_compared_exactly,
+    the_batch_applies_newer_and_different_states_but_never_older_ones,
+    an_unmapped_event_is_claimed_as_ignored,
+);
+
+async fn a_repeated_delivery_applies_the_effect_once(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let d = delivery("evt_9tX2mLq7Rk3vBn5cWd8pYs1a", refund("re_1", 4200));
+    assert_eq!(
+        store.apply_event(d.clone()).await.unwrap(),
+        Outcome::Applied
+    );
+    assert_eq!(store.apply_event(d).await.unwrap(), Outcome::Duplicate);
+    assert_eq!(db.count("resources WHERE kind = 'refund'"), 1);
+    assert_eq!(db.count("processed_events"), 1);
+}
+
+async fn concurrent_deliveries_of_the_same_event_from_three_replicas_apply_it_once(b: Backend) {
+    let db = TestDb::new(b);
+    // Three handles with their own pools, as three daemons on one database would be:
+    // only the database can arbitrate between them.
+    let stores = [
+        store_on(&db).await,
+        store_on(&db).await,
+        store_on(&db).await,
+    ];
+    for round in 0..20 {
+        let d = delivery(
+            &format!("evt_race_{round}"),
+            refund(&format!("re_{round}"), 100),
+        );
+        let results = futures_join(stores.iter().map(|s| {
+            let (s, d) = (s.clone(), d.clone());
+            async move { s.apply_event(d).await }
+        }))
+        .await;
+        let results: Vec<Outcome> = results.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            results.iter().filter(|r| **r == Outcome::Applied).count(),
+            1,
+            "round {round}: {results:?}"
+        );
+        assert_eq!(
+            results.iter().filter(|r| **r == Outcome::Duplicate).count(),
+            2
+        );
+    }
+    assert_eq!(db.count("resources"), 20);
+}
+
+/// Runs futures concurrently (each on its own task) and collects their results in order.
+async fn futures_join<F, T>(futs: impl Iterator<Item = F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+async fn an_out_of_order_status_update_is_discarded(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let newer = delivery("evt_b", order("ord_42", 5, "delivered"));
+    let older = delivery("evt_a", order("ord_42", 4, "shipped"));
+    assert_eq!(store.apply_event(newer).await.unwrap(), Outcome::Applied);
+    assert_eq!(store.apply_event(older).await.unwrap(), Outcome::Stale);
+    let row = db.resource("shop", "order", "ord_42").unwrap();
+    assert_eq!(
+        (row.version, row.state_json()["status"].as_str()),
+        (5, Some("delivered"))
+    );
+    assert_eq!(db.event_outcome("shop", "evt_a").as_deref(), Some("stale"));
+}
+
+async fn a_burst_of_200_deliveries_half_duplicates_applies_each_effect_once(b: Backend) {
+    use rand::seq::SliceRandom;
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let events: Vec<Delivery> = (0..100)
+        .map(|i| delivery(&format!("evt_{i}"), refund(&format!("re_{i}"), i)))
+        .collect();
+    let mut burst: Vec<Delivery> = events.iter().chain(events.iter()).cloned().collect();
+    burst.shuffle(&mut rand::rng());
+    let results = futures_join(burst.into_iter().map(|d| {
+        let s = store.clone();
+        async move { s.apply_event(d).await.unwrap() }
+    }))
+    .await;
+    assert_eq!(
+        results.iter().filter(|r| **r == Outcome::Applied).count(),
+        100
+    );
+    assert_eq!(
+        results.iter().filter(|r| **r == Outcome::Duplicate).count(),
+        100
+    );
+    assert_eq!(db.count("resources WHERE kind = 'refund'"), 100);
+}
+
+async fn an_equal_version_with_another_state_is_a_conflict_and_keeps_the_row(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    store
+        .apply_event(delivery("e1", order("o1", 7, "paid")))
+        .await
+        .unwrap();
+    let same = store
+        .apply_event(delivery("e2", order("o1", 7, "paid")))
+        .await
+        .unwrap();
+    let other = store
+        .apply_event(delivery("e3", order("o1", 7, "refunded")))
+        .await
+        .unwrap();
+    assert_eq!((same, other), (Outcome::Stale, Outcome::Conflict));
+    let row = db.resource("shop", "order", "o1").unwrap();
+    assert_eq!(
+        row.state_json()["status"],
+        "paid",
+        "a conflict never overwrites"
+    );
+    assert_eq!(row.last_event_id.as_deref(), Some("e1"));
+    assert_eq!(db.event_outcome("shop", "e3").as_deref(), Some("conflict"));
+}
+
+async fn a_tombstone_stops_an_older_create_from_reviving_the_row(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    store
+        .apply_event(delivery("e1", order("o1", 1, "new")))
+        .await
+        .unwrap();
+    let mut del = order("o1", 3, "");
+    del.state = None;
+    del.action = Action::Delete;
+    assert_eq!(
+        store.apply_event(delivery("e3", del)).await.unwrap(),
+        Outcome::Applied
+    );
+    let late = store
+        .apply_event(delivery("e2", order("o1", 2, "paid")))
+        .await
+        .unwrap();
+    assert_eq!(late, Outcome::Stale);
+    let row = db.resource("shop", "order", "o1").unwrap();
+    assert!(row.deleted);
+    assert_eq!(row.version, 3);
+    assert_eq!(
+        row.state_json()["status"],
+        "new",
+        "the tombstone keeps the last known state"
+    );
+    // A delete of a resource never seen leaves a tombstone without state.
+    let mut del2 = order("o2", 9, "");
+    del2.state = None;
+    del2.action = Action::Delete;
+    store.apply_event(delivery("e4", del2)).await.unwrap();
+    let row = db.resource("shop", "order", "o2").unwrap();
+    assert!(row.deleted && row.state.is_none());
+}
+
+async fn an_insert_once_kind_is_never_overwritten_by_a_webhook(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    assert_eq!(
+        store
+            .apply_event(delivery("e1", refund("re_1", 100)))
+            .await
+            .unwrap(),
+        Outcome::Applied
+    );
+    assert_eq!(
+        store
+            .apply_event(delivery("e2", refund("re_1", 100)))
+            .await
+            .unwrap(),
+        Outcome::Stale
+    );
+    assert_eq!(
+        store
+            .apply_event(delivery("e3", refund("re_1", 999)))
+            .await
+            .unwrap(),
+        Outcome::Conflict
+    );
+    assert_eq!(
+        db.resource("shop", "refund", "re_1").unwrap().state_json()["amount"],
+        100
+    );
+}
+
+async fn ids_with_unicode_quotes_and_sql_are_stored_verbatim(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let ids = [
+        "ordre-été-🚀",
+        "it's \"quoted\"",
+        "'; DROP TABLE resources; --",
+        "back\\slash\tand\nnewline",
+        "?1 $1 %s",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let event_id = format!("{id}#evt{i}");
+        assert_eq!(
+            store
+                .apply_event(delivery(&event_id, order(id, 1, id)))
+                .await
+                .unwrap(),
+            Outcome::Applied
+        );
+        assert_eq!(
+            store
+                .apply_event(delivery(&event_id, order(id, 1, id)))
+                .await
+                .unwrap(),
+            Outcome::Duplicate
+        );
+    }
+    for id in ids {
+        let row = db
+            .resource("shop", "order", id)
+            .unwrap_or_else(|| panic!("{id:?} not stored verbatim"));
+        assert_eq!(row.id, id);
+        assert_eq!(row.state_json()["status"], id);
+    }
+    assert_eq!(db.count("resources"), ids.len() as i64);
+}
+
+async fn the_largest_version_is_stored_and_compared_exactly(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let max = i64::MAX;
+    store
+        .apply_event(delivery("e1", order("o1", max - 1, "a")))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .apply_event(delivery("e2", order("o1", max, "b")))
+            .await
+            .unwrap(),
+        Outcome::Applied
+    );
+    assert_eq!(
+        store
+            .apply_event(delivery("e3", order("o1", max - 1, "c")))
+            .await
+            .unwrap(),
+        Outcome::Stale
+    );
+    assert_eq!(
+        store
+            .apply_event(delivery("e4", order("o1", max, "b")))
+            .await
+            .unwrap(),
+        Outcome::Stale
+    );
+    assert_eq!(db.resource("shop", "order", "o1").unwrap().version, max);
+}
+
+async fn the_batch_applies_newer_and_different_states_but_never_older_ones(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    for (i, (id, v, s)) in [("a", 5, "x"), ("b", 5, "x"), ("c", 5, "x"), ("d", 5, "x")]
+        .iter()
+        .enumerate()
+    {
+        store
+            .apply_event(delivery(&format!("e{i}"), order(id, *v, s)))
+            .await
+            .unwrap();
+    }
+    let mut written = store
+        .apply_batch(vec![
+            order("a", 6, "newer"),    // newer: applied
+            order("b", 5, "x"),        // equal, same state: untouched
+            order("c", 5, "other"),    // equal, other state: applied (listing is current)
+            order("d", 4, "older"),    // older: never
+            order("e", 1, "missing"),  // missing locally: inserted
+            order("e", 2, "missing2"), // same id twice in a page: the higher version wins
+        ])
+        .await
+        .unwrap();
+    written.sort();
+    assert_eq!(written, ["a", "c", "e"]);
+    let state = |id: &str| db.resource("shop", "order", id).unwrap().state_json()["status"].clone();
+    assert_eq!(
+        (state("a"), state("b"), state("c"), state("d"), state("e")),
+        (
+            "newer".into(),
+            "x".into(),
+            "other".into(),
+            "x".into(),
+            "missing2".into()
+        )
+    );
+    let e = db.resource("shop", "order", "e").unwrap();
+    assert_eq!(
+        (e.version, e.origin.as_str(), e.last_event_id),
+        (2, "reconcile", None)
+    );
+    // Applying the same page again writes nothing.
+    let again = store
+        .apply_batch(vec![order("a", 6, "newer"), order("e", 2, "missing2")])
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "{again:?}");
+    // A large page crosses the statement chunk size and still lands in one call.
+    let big: Vec<Change> = (0..2500)
+        .map(|i| order(&format!("big{i:05}"), 1, "n"))
+        .collect();
+    assert_eq!(store.apply_batch(big).await.unwrap().len(), 2500);
+}
+
+async fn an_unmapped_event_is_claimed_as_ignored(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let d = Delivery {
+        source: "shop".into(),
+        event_id: "e_unknown".into(),
+        event_type: "customer.created".into(),
+        change: None,
+    };
+    assert_eq!(
+        store.apply_event(d.clone()).await.unwrap(),
+        Outcome::Ignored
+    );
+    assert_eq!(store.apply_event(d).await.unwrap(), Outcome::Duplicate);
+    assert_eq!(db.count("resources"), 0);
+    assert_eq!(
+        db.event_outcome("shop", "e_unknown").as_deref(),
+        Some("ignored")
+    );
+}

@@ -39,7 +39,7 @@ struct Args {
 fn args() -> Args {
     let mut a = Args {
         backends: vec![Backend::Postgres, Backend::Sqlite],
-        events: 10_000,
+        events: 50_000,
         concurrency: 32,
         pool: 32,
         pgbench_seconds: 15,
@@ -89,7 +89,9 @@ fn fresh_pg_db(tag: &str) -> (String, String) {
     let name = format!("wr_bench_{tag}_{:08x}", rand::random::<u32>());
     let mut admin = PgConnection::establish(&format!("{}/test", pg_server()))
         .expect("PostgreSQL unreachable; run scripts/ensure-postgres.sh");
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
     (format!("{}/{name}", pg_server()), name)
 }
 
@@ -107,10 +109,14 @@ struct N {
 
 fn count(backend: Backend, url: &str, sql: &str) -> i64 {
     let rows: Vec<N> = match backend {
-        Backend::Postgres => sql_query(sql).load(&mut PgConnection::establish(url).unwrap()).unwrap(),
-        Backend::Sqlite => sql_query(sql)
-            .load(&mut SqliteConnection::establish(url.trim_start_matches("sqlite://")).unwrap())
+        Backend::Postgres => sql_query(sql)
+            .load(&mut PgConnection::establish(url).unwrap())
             .unwrap(),
+        Backend::Sqlite => {
+            let mut c = SqliteConnection::establish(url.trim_start_matches("sqlite://")).unwrap();
+            c.batch_execute("PRAGMA busy_timeout = 10000").unwrap();
+            sql_query(sql).load(&mut c).unwrap()
+        }
     };
     rows[0].n
 }
@@ -174,8 +180,13 @@ async fn drive(addr: std::net::SocketAddr, events: usize, concurrency: usize) ->
                 let mut lat = Vec::new();
                 let (mut applied, mut duplicate, mut other) = (0, 0, 0);
                 loop {
-                    let Some(body) = queue.lock().unwrap().pop() else { break };
-                    let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+                    let Some(body) = queue.lock().unwrap().pop() else {
+                        break;
+                    };
+                    let ts = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap()
+                        .as_secs() as i64;
                     let sig = sign::hmac_sha256(SECRET.as_bytes(), ts, body.as_bytes());
                     let t = Instant::now();
                     let r = client
@@ -213,7 +224,8 @@ async fn drive(addr: std::net::SocketAddr, events: usize, concurrency: usize) ->
     }
     let seconds = started.elapsed().as_secs_f64();
     lat.sort();
-    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)].as_secs_f64() * 1000.0;
+    let pct =
+        |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)].as_secs_f64() * 1000.0;
     Run {
         deliveries: lat.len(),
         seconds,
@@ -225,18 +237,21 @@ async fn drive(addr: std::net::SocketAddr, events: usize, concurrency: usize) ->
     }
 }
 
-/// Writes the two pgbench scripts from the product's own SQL: an applied delivery
-/// (claim + guarded upsert) and a duplicate (claim that conflicts), weighted 1:1.
+/// Writes the two pgbench scripts from the product's own SQL (`db::sql`): the guarded
+/// write of one delivery in its own transaction — claim, then the guarded upsert — and a
+/// duplicate delivery (a claim that finds the id taken), weighted 1:1 like the HTTP run.
 fn pgbench_scripts(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let claim = claim_sql(Backend::Postgres);
-    let upsert = upsert_sql(Backend::Postgres, 1, Guard::NewerOnly, false);
+    let claim = claim_sql(Backend::Postgres, 1);
+    let upsert = upsert_sql(Backend::Postgres, 1, Guard::NewerOnly, true);
     let state = r#"'{"amount": 4200, "currency": "EUR", "order_id": "ord_42", "refund_id": "x"}'"#;
+    let claim_of = |event_id: &str| {
+        claim
+            .replace("$1", "'shop'")
+            .replace("$2", event_id)
+            .replace("$3", "'refund.succeeded'")
+            .replace("$4", "'applied'")
+    };
     let event_id = "('evt_' || :client_id || '_' || :n)";
-    let applied_claim = claim
-        .replace("$1", "'shop'")
-        .replace("$2", event_id)
-        .replace("$3", "'refund.succeeded'")
-        .replace("$4", "'applied'");
     let applied_upsert = upsert
         .replace("$1", "'shop'")
         .replace("$2", "'refund'")
@@ -246,19 +261,24 @@ fn pgbench_scripts(dir: &std::path::Path) -> (std::path::PathBuf, std::path::Pat
         .replace("$6", "false")
         .replace("$7", "'webhook'")
         .replace("$8", event_id);
-    let dup_claim = claim
-        .replace("$1", "'shop'")
-        .replace("$2", "('dup_' || :d)")
-        .replace("$3", "'refund.succeeded'")
-        .replace("$4", "'applied'");
     let applied = dir.join("applied.sql");
     let dup = dir.join("duplicate.sql");
     std::fs::write(
         &applied,
-        format!("\\set n random(1, 2000000000)\nBEGIN;\n{applied_claim};\n{applied_upsert};\nCOMMIT;\n"),
+        format!(
+            "\\set n random(1, 2000000000)\nBEGIN;\n{};\n{applied_upsert};\nCOMMIT;\n",
+            claim_of(event_id)
+        ),
     )
     .unwrap();
-    std::fs::write(&dup, format!("\\set d random(1, 1000)\nBEGIN;\n{dup_claim};\nCOMMIT;\n")).unwrap();
+    std::fs::write(
+        &dup,
+        format!(
+            "\\set d random(1, 1000)\nBEGIN;\n{};\nCOMMIT;\n",
+            claim_of("('dup_' || :d)")
+        ),
+    )
+    .unwrap();
     (applied, dup)
 }
 
@@ -272,7 +292,15 @@ fn pgbench(url: &str, concurrency: usize, seconds: u32) -> Option<f64> {
     )
     .unwrap();
     let out = Command::new("pgbench")
-        .args(["-n", "-M", "extended", "-c", &concurrency.to_string(), "-j", "2"])
+        .args([
+            "-n",
+            "-M",
+            "extended",
+            "-c",
+            &concurrency.to_string(),
+            "-j",
+            "2",
+        ])
         .args(["-T", &seconds.to_string()])
         .arg("-f")
         .arg(format!("{}@1", applied.display()))
@@ -300,7 +328,10 @@ fn pgbench(url: &str, concurrency: usize, seconds: u32) -> Option<f64> {
 
 fn main() {
     let a = args();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     println!(
         "webhook ingest: {} events, each delivered twice ({} deliveries), concurrency {}",
         a.events,

@@ -86,12 +86,12 @@ fn lookup<'a>(
 pub fn read_id(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
     let v = lookup(doc, "id", pointer)?;
     match v {
-        Value::String(s) if !s.is_empty() => Ok(s.clone()),
-        Value::String(_) => Err(ExtractError::Invalid {
+        Value::String(s) if s.is_empty() || s.contains('\0') => Err(ExtractError::Invalid {
             what: "id",
             pointer: pointer.into(),
-            reason: "it is empty".into(),
+            reason: "it is empty or contains a NUL character".into(),
         }),
+        Value::String(s) => Ok(s.clone()),
         Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
         other => Err(ExtractError::WrongType {
             what: "id",
@@ -174,9 +174,27 @@ pub fn read_version(
 
 /// The state sub-document as canonical JSON text, so that equal states compare equal as
 /// text on every backend.
+/// NUL characters are refused: PostgreSQL can store them neither in TEXT nor in JSONB,
+/// and a state must mean the same on both backends.
 pub fn read_state(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
     let v = lookup(doc, "state", pointer)?;
+    if has_nul(v) {
+        return Err(ExtractError::Invalid {
+            what: "state",
+            pointer: pointer.into(),
+            reason: "it contains a NUL character (\\u0000), which cannot be stored".into(),
+        });
+    }
     Ok(canonical_json(v))
+}
+
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
 }
 
 /// serde_json's map is ordered by key, so serialising a parsed value is canonical.
@@ -269,6 +287,16 @@ mod tests {
         let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":1}}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{ "a": {"x":1, "y":2}, "b": 1 }"#).unwrap();
         assert_eq!(read_state(&a, "").unwrap(), read_state(&b, "").unwrap());
+    }
+
+    #[test]
+    fn nul_characters_are_refused_in_ids_and_states() {
+        let doc: Value =
+            serde_json::from_str(r#"{"id":"a\u0000b","s":{"k":["x\u0000"]},"t":{"k\u0000":1}}"#)
+                .unwrap();
+        assert!(read_id(&doc, "/id").is_err());
+        assert!(read_state(&doc, "/s").is_err());
+        assert!(read_state(&doc, "/t").is_err());
     }
 
     #[test]

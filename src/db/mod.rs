@@ -73,6 +73,22 @@ pub enum DbError {
     Task(String),
 }
 
+impl DbError {
+    /// True when the database itself is out of reach (as opposed to one statement
+    /// failing): retrying the same work elsewhere in this process would fail too.
+    pub fn is_unavailable(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match self {
+            DbError::Unavailable(_) | DbError::Task(_) => true,
+            DbError::Query(Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            )) => true,
+            DbError::Query(_) => false,
+        }
+    }
+}
+
 /// A pooled connection that remembers whether it failed. Any error inside a transaction
 /// retires the connection: it is cheaper to reconnect than to reason about the state a
 /// half-failed connection is in (PostgreSQL restarted, SQLite lock still held...).

@@ -40,14 +40,16 @@ fn now(backend: Backend) -> &'static str {
     }
 }
 
+const RESOURCE_COLUMNS: &str =
+    "INSERT INTO resources (source, kind, id, version, state, deleted, origin, last_event_id)";
+
 /// `INSERT .. ON CONFLICT DO UPDATE .. WHERE <guard>` for `rows` resources.
 /// The guard is evaluated against the row as it is when the statement locks it, so a
 /// concurrent writer can never make an older version win.
 pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) -> String {
     let mut sql = String::with_capacity(300 + rows * 60);
-    sql.push_str(
-        "INSERT INTO resources (source, kind, id, version, state, deleted, origin, last_event_id) VALUES ",
-    );
+    sql.push_str(RESOURCE_COLUMNS);
+    sql.push_str(" VALUES ");
     for r in 0..rows {
         if r > 0 {
             sql.push(',');
@@ -68,7 +70,16 @@ pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) 
             p(8)
         ));
     }
-    sql.push_str(&format!(
+    sql.push_str(&conflict_clause(backend, guard));
+    if returning {
+        sql.push_str(" RETURNING source, kind, id");
+    }
+    sql
+}
+
+/// The version guard: `ON CONFLICT .. DO UPDATE .. WHERE`, shared by every resource write.
+fn conflict_clause(backend: Backend, guard: Guard) -> String {
+    let mut sql = format!(
         " ON CONFLICT (source, kind, id) DO UPDATE SET \
          version = excluded.version, \
          state = COALESCE(excluded.state, resources.state), \
@@ -78,7 +89,7 @@ pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) 
          updated_at = {} \
          WHERE resources.version < excluded.version",
         now(backend)
-    ));
+    );
     if guard == Guard::NewerOrDifferent {
         let distinct = match backend {
             Backend::Postgres => "IS DISTINCT FROM",
@@ -89,42 +100,67 @@ pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) 
              OR (excluded.state IS NOT NULL AND resources.state {distinct} excluded.state)))"
         ));
     }
-    if returning {
-        sql.push_str(" RETURNING id");
-    }
     sql
 }
 
-/// The claim statement: `$1..$4` = source, event_id, event_type, provisional outcome.
-pub fn claim_sql(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Postgres => {
-            "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ($1, $2, $3, $4) ON CONFLICT (source, event_id) DO NOTHING"
+/// The claim statement for `rows` events: `(source, event_id, event_type, outcome)` per
+/// row; returns the `(source, event_id)` pairs this statement claimed.
+pub fn claim_sql(backend: Backend, rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ",
+    );
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
         }
-        Backend::Sqlite => {
-            "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (source, event_id) DO NOTHING"
-        }
+        let p = |i: usize| placeholder(backend, r * 4 + i);
+        sql.push_str(&format!("({}, {}, {}, {})", p(1), p(2), p(3), p(4)));
     }
+    sql.push_str(" ON CONFLICT (source, event_id) DO NOTHING RETURNING source, event_id");
+    sql
 }
 
-/// Claims an event id. Returns false when the id was already claimed (a duplicate).
-/// On PostgreSQL a concurrent claim of the same id waits here until the first
-/// transaction ends, then sees it taken (or takes it, if the first rolled back).
-pub fn claim_event(
+/// One event to claim, with the outcome recorded if the claim is taken.
+pub struct Claim<'a> {
+    pub source: &'a str,
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub outcome: &'a str,
+}
+
+#[derive(diesel::QueryableByName)]
+struct ClaimedRow {
+    #[diesel(sql_type = Text)]
+    source: String,
+    #[diesel(sql_type = Text)]
+    event_id: String,
+}
+
+/// Claims event ids; returns the `(source, event_id)` pairs taken by this call (the
+/// others were claimed before: duplicates). On PostgreSQL a concurrent claim of the same
+/// id waits until the other transaction ends, then finds it taken (or takes it, if the
+/// other rolled back). Callers pass distinct ids, sorted, so that two transactions
+/// claiming overlapping sets wait on each other in the same order and cannot deadlock.
+pub fn claim_many(
     conn: &mut Conn,
-    source: &str,
-    event_id: &str,
-    event_type: &str,
-    outcome: &str,
-) -> diesel::QueryResult<bool> {
-    let sql = claim_sql(conn.backend());
-    let n = on_conn!(conn, c => sql_query(sql)
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(event_id)
-        .bind::<Text, _>(event_type)
-        .bind::<Text, _>(outcome)
-        .execute(c))?;
-    Ok(n == 1)
+    claims: &[Claim<'_>],
+) -> diesel::QueryResult<Vec<(String, String)>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = claim_sql(conn.backend(), claims.len());
+    let rows: Vec<ClaimedRow> = on_conn!(conn, c => {
+        let mut q = sql_query(sql).into_boxed();
+        for cl in claims {
+            q = q
+                .bind::<Text, _>(cl.source)
+                .bind::<Text, _>(cl.event_id)
+                .bind::<Text, _>(cl.event_type)
+                .bind::<Text, _>(cl.outcome);
+        }
+        q.load(c)
+    })?;
+    Ok(rows.into_iter().map(|r| (r.source, r.event_id)).collect())
 }
 
 /// Records the final outcome of a claimed event when it was not `applied`.
@@ -150,50 +186,37 @@ pub fn set_event_outcome(
     Ok(())
 }
 
-/// Upserts one resource under the guard; true when the row was inserted or updated.
-pub fn upsert_one(
-    conn: &mut Conn,
-    change: &Change,
-    origin: Origin,
-    last_event_id: Option<&str>,
-    guard: Guard,
-) -> diesel::QueryResult<bool> {
-    let sql = upsert_sql(conn.backend(), 1, guard, false);
-    let n = on_conn!(conn, c => sql_query(sql)
-        .bind::<Text, _>(&change.source)
-        .bind::<Text, _>(&change.kind)
-        .bind::<Text, _>(&change.id)
-        .bind::<BigInt, _>(change.version)
-        .bind::<Nullable<Text>, _>(change.state.as_deref())
-        .bind::<Bool, _>(change.action == Action::Delete)
-        .bind::<Text, _>(origin.as_str())
-        .bind::<Nullable<Text>, _>(last_event_id)
-        .execute(c))?;
-    Ok(n == 1)
-}
-
 #[derive(diesel::QueryableByName)]
-struct IdRow {
+struct KeyRow {
+    #[diesel(sql_type = Text)]
+    source: String,
+    #[diesel(sql_type = Text)]
+    kind: String,
     #[diesel(sql_type = Text)]
     id: String,
 }
 
-/// Upserts many resources in one statement under the guard; returns the ids written.
-/// Callers pass distinct ids (PostgreSQL refuses to touch one row twice in a statement)
-/// and keep batches within the backend's bind limit.
+/// A resource's primary key.
+pub type Key = (String, String, String);
+
+/// Upserts resources in one statement under the guard; returns the keys written.
+/// `rows` pairs each change with the event that carries it (none on the reconcile path).
+/// Callers pass distinct keys (PostgreSQL refuses to touch one row twice in a statement)
+/// sorted by key (so concurrent writers lock rows in one order), and at most
+/// [`MAX_BATCH_ROWS`] of them.
 pub fn upsert_many(
     conn: &mut Conn,
-    changes: &[&Change],
+    rows: &[(&Change, Option<&str>)],
     origin: Origin,
     guard: Guard,
-) -> diesel::QueryResult<Vec<String>> {
-    if changes.is_empty() {
+) -> diesel::QueryResult<Vec<Key>> {
+    if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = upsert_sql(conn.backend(), changes.len(), guard, true);
-    let rows: Vec<IdRow> = on_conn!(conn, c => {
+    let sql = upsert_sql(conn.backend(), rows.len(), guard, true);
+    let written: Vec<KeyRow> = on_conn!(conn, c => {
         let mut q = sql_query(sql).into_boxed();
-        for ch in changes {
+        for (ch, event_id) in rows {
             q = q
                 .bind::<Text, _>(ch.source.as_str())
                 .bind::<Text, _>(ch.kind.as_str())
@@ -202,14 +225,18 @@ pub fn upsert_many(
                 .bind::<Nullable<Text>, _>(ch.state.as_deref())
                 .bind::<Bool, _>(ch.action == Action::Delete)
                 .bind::<Text, _>(origin.as_str())
-                .bind::<Nullable<Text>, _>(None::<&str>);
+                .bind::<Nullable<Text>, _>(*event_id);
         }
         q.load(c)
     })?;
-    Ok(rows.into_iter().map(|r| r.id).collect())
+    Ok(written
+        .into_iter()
+        .map(|r| (r.source, r.kind, r.id))
+        .collect())
 }
 
-/// Largest batch [`upsert_many`] takes in one statement (SQLite allows 32 766 binds).
+/// Most rows [`upsert_many`] takes in one statement (8 binds a row; SQLite allows
+/// 32 766 binds, PostgreSQL 65 535).
 pub const MAX_BATCH_ROWS: usize = 1000;
 
 /// A resource row as stored, for deciding stale / conflict.

@@ -1,19 +1,23 @@
 //! The guarded write: the one place that writes `processed_events` and `resources`.
 //! Both flows end here — webhooks through [`Store::apply_event`], reconciliation through
-//! [`Store::apply_batch`] — and both go through the same versioned upsert.
+//! [`Store::apply_batch`] — and both go through the same versioned upsert
+//! (`db::sql::upsert_sql`), differing only in the tie rule ([`Guard`]).
 //!
 //! Invariant: an event's claim and its effect commit in one transaction. There is no
 //! "have I seen this id?" read anywhere: the primary key of `processed_events` decides.
 
+mod group_commit;
 pub mod guard;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
 use crate::change::{Change, Origin};
-use crate::db::sql::{self, Guard, MAX_BATCH_ROWS};
-use crate::db::{Db, DbError};
+use crate::config::Backend;
+use crate::db::sql::{self, Claim, Guard, Key, MAX_BATCH_ROWS};
+use crate::db::{Conn, Db, DbError};
+use group_commit::GroupCommit;
 
 /// What happened to one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -54,15 +58,35 @@ pub struct Delivery {
     pub change: Option<Change>,
 }
 
-/// The guarded write over a database handle. Cheap to clone.
+impl Delivery {
+    fn event_key(&self) -> (&str, &str) {
+        (&self.source, &self.event_id)
+    }
+
+    fn resource_key(&self) -> Option<(&str, &str, &str)> {
+        self.change
+            .as_ref()
+            .map(|c| (c.source.as_str(), c.kind.as_str(), c.id.as_str()))
+    }
+}
+
+/// The guarded write over a database handle. Cheap to clone; must be created inside a
+/// tokio runtime (it starts the group-commit writers).
 #[derive(Clone)]
 pub struct Store {
     db: Db,
+    commits: GroupCommit,
 }
 
 impl Store {
     pub fn new(db: Db) -> Self {
-        Self { db }
+        let writers = match db.backend() {
+            // SQLite has one writer anyway.
+            Backend::Sqlite => 1,
+            Backend::Postgres => group_commit::POSTGRES_WRITERS,
+        };
+        let commits = GroupCommit::start(db.clone(), writers);
+        Self { db, commits }
     }
 
     pub fn db(&self) -> &Db {
@@ -70,17 +94,16 @@ impl Store {
     }
 
     /// Claims the event id and applies its change under the version guard, in one
-    /// transaction.
+    /// transaction. Deliveries arriving together share a transaction (group commit):
+    /// see `group_commit`.
     pub async fn apply_event(&self, delivery: Delivery) -> Result<Outcome, DbError> {
-        self.db
-            .write(move |conn| apply_event(conn, &delivery))
-            .await
+        self.commits.submit(delivery).await
     }
 
     /// Applies many states (a reconcile page) in one transaction under the reconcile
-    /// guard: newer versions, or equal versions whose state differs. Returns the ids
-    /// written. For a repeated id only the highest version is considered.
-    pub async fn apply_batch(&self, changes: Vec<Change>) -> Result<Vec<String>, DbError> {
+    /// guard: newer versions, or equal versions whose state differs. Returns the keys
+    /// written. For a repeated key only the highest version is considered.
+    pub async fn apply_batch(&self, changes: Vec<Change>) -> Result<Vec<Key>, DbError> {
         self.db.write(move |conn| apply_batch(conn, &changes)).await
     }
 
@@ -101,46 +124,74 @@ impl Store {
     }
 }
 
-fn apply_event(conn: &mut crate::db::Conn, d: &Delivery) -> diesel::QueryResult<Outcome> {
-    // The common case is recorded up front as `applied`; the rare stale / conflict
-    // corrects it below, which keeps the usual path at two statements.
-    let provisional = if d.change.is_some() {
-        Outcome::Applied
-    } else {
-        Outcome::Ignored
-    };
-    if !sql::claim_event(
-        conn,
-        &d.source,
-        &d.event_id,
-        &d.event_type,
-        provisional.as_str(),
-    )? {
-        return Ok(Outcome::Duplicate);
+/// Applies deliveries in the caller's transaction and returns their outcomes in order.
+/// The deliveries have distinct event ids and distinct resources (`group_commit`
+/// guarantees it). Locks are taken claims first, then resources, each in key order, so
+/// concurrent transactions cannot deadlock on each other.
+fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryResult<Vec<Outcome>> {
+    let mut by_event: Vec<&Delivery> = deliveries.iter().collect();
+    by_event.sort_by(|a, b| a.event_key().cmp(&b.event_key()));
+    let claims: Vec<Claim<'_>> = by_event
+        .iter()
+        .map(|d| Claim {
+            source: &d.source,
+            event_id: &d.event_id,
+            event_type: &d.event_type,
+            // The common case, recorded up front; stale and conflict are corrected
+            // below, in this same transaction.
+            outcome: if d.change.is_some() {
+                "applied"
+            } else {
+                "ignored"
+            },
+        })
+        .collect();
+    let claimed: HashSet<(String, String)> = sql::claim_many(conn, &claims)?.into_iter().collect();
+    let is_claimed = |d: &Delivery| claimed.contains(&(d.source.clone(), d.event_id.clone()));
+
+    let mut rows: Vec<(&Change, Option<&str>)> = deliveries
+        .iter()
+        .filter(|d| is_claimed(d))
+        .filter_map(|d| d.change.as_ref().map(|c| (c, Some(d.event_id.as_str()))))
+        .collect();
+    rows.sort_by(|a, b| (&a.0.source, &a.0.kind, &a.0.id).cmp(&(&b.0.source, &b.0.kind, &b.0.id)));
+    let mut written: HashSet<Key> = HashSet::new();
+    for chunk in rows.chunks(MAX_BATCH_ROWS) {
+        written.extend(sql::upsert_many(
+            conn,
+            chunk,
+            Origin::Webhook,
+            Guard::NewerOnly,
+        )?);
     }
-    let Some(change) = &d.change else {
-        return Ok(Outcome::Ignored);
-    };
-    if sql::upsert_one(
-        conn,
-        change,
-        Origin::Webhook,
-        Some(&d.event_id),
-        Guard::NewerOnly,
-    )? {
-        return Ok(Outcome::Applied);
+
+    let mut outcomes = Vec::with_capacity(deliveries.len());
+    for d in deliveries {
+        let outcome = match (&d.change, is_claimed(d)) {
+            (_, false) => Outcome::Duplicate,
+            (None, true) => Outcome::Ignored,
+            (Some(c), true)
+                if written.contains(&(c.source.clone(), c.kind.clone(), c.id.clone())) =>
+            {
+                Outcome::Applied
+            }
+            (Some(c), true) => {
+                // The guard left the row alone, so it exists and this transaction holds
+                // its lock (PostgreSQL) or the database's (SQLite): the read is current.
+                let outcome = match sql::stored_resource(conn, &c.source, &c.kind, &c.id)? {
+                    Some(stored) => guard::classify_unapplied(&stored, c),
+                    None => Outcome::Conflict,
+                };
+                sql::set_event_outcome(conn, &d.source, &d.event_id, outcome.as_str())?;
+                outcome
+            }
+        };
+        outcomes.push(outcome);
     }
-    // The upsert found the row and left it alone; it exists, and it is locked by the
-    // upsert on PostgreSQL (SQLite holds the write lock), so this read is current.
-    let outcome = match sql::stored_resource(conn, &change.source, &change.kind, &change.id)? {
-        Some(stored) => guard::classify_unapplied(&stored, change),
-        None => Outcome::Conflict,
-    };
-    sql::set_event_outcome(conn, &d.source, &d.event_id, outcome.as_str())?;
-    Ok(outcome)
+    Ok(outcomes)
 }
 
-fn apply_batch(conn: &mut crate::db::Conn, changes: &[Change]) -> diesel::QueryResult<Vec<String>> {
+fn apply_batch(conn: &mut Conn, changes: &[Change]) -> diesel::QueryResult<Vec<Key>> {
     // One row per resource (PostgreSQL refuses to update a row twice in one statement),
     // in key order so that two batches lock rows in the same order and cannot deadlock.
     let mut latest: BTreeMap<(&str, &str, &str), &Change> = BTreeMap::new();
@@ -153,7 +204,7 @@ fn apply_batch(conn: &mut crate::db::Conn, changes: &[Change]) -> diesel::QueryR
             }
         }
     }
-    let rows: Vec<&Change> = latest.into_values().collect();
+    let rows: Vec<(&Change, Option<&str>)> = latest.into_values().map(|c| (c, None)).collect();
     let mut written = Vec::new();
     for chunk in rows.chunks(MAX_BATCH_ROWS) {
         written.extend(sql::upsert_many(

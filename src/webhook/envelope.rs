@@ -21,7 +21,7 @@ pub enum EnvelopeError {
     NotJson(String),
     #[error("body is JSON but not an object")]
     NotObject,
-    #[error("envelope has no {0:?} (a non-empty string is required)")]
+    #[error("envelope has no {0:?} (a non-empty string without NUL characters is required)")]
     Missing(&'static str),
 }
 
@@ -39,11 +39,11 @@ pub fn parse(body: &[u8], headers: HeaderIds<'_>) -> Result<Envelope, EnvelopeEr
         serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let obj = doc.as_object().ok_or(EnvelopeError::NotObject)?;
     let field = |name: &'static str, fallback: Option<&str>| match obj.get(name) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() && !s.contains('\0') => Ok(s.clone()),
         // Integer ids are common enough (older APIs) to accept.
         Some(Value::Number(n)) if name == "id" && (n.is_u64() || n.is_i64()) => Ok(n.to_string()),
         None => fallback
-            .filter(|f| !f.is_empty())
+            .filter(|f| !f.is_empty() && !f.contains('\0'))
             .map(String::from)
             .ok_or(EnvelopeError::Missing(name)),
         _ => Err(EnvelopeError::Missing(name)),

@@ -62,6 +62,7 @@ both_backends!(
     the_largest_version_is_stored_and_compared_exactly,
     the_batch_applies_newer_and_different_states_but_never_older_ones,
     an_unmapped_event_is_claimed_as_ignored,
+    a_delivery_the_database_refuses_fails_alone_and_the_rest_of_its_group_commits,
 );
 
 async fn a_repeated_delivery_applies_the_effect_once(b: Backend) {
@@ -337,7 +338,7 @@ async fn the_batch_applies_newer_and_different_states_but_never_older_ones(b: Ba
             .await
             .unwrap();
     }
-    let mut written = store
+    let mut written: Vec<String> = store
         .apply_batch(vec![
             order("a", 6, "newer"),    // newer: applied
             order("b", 5, "x"),        // equal, same state: untouched
@@ -347,7 +348,10 @@ async fn the_batch_applies_newer_and_different_states_but_never_older_ones(b: Ba
             order("e", 2, "missing2"), // same id twice in a page: the higher version wins
         ])
         .await
-        .unwrap();
+        .unwrap()
+        .into_iter()
+        .map(|(_, _, id)| id)
+        .collect();
     written.sort();
     assert_eq!(written, ["a", "c", "e"]);
     let state = |id: &str| db.resource("shop", "order", id).unwrap().state_json()["status"].clone();
@@ -397,5 +401,38 @@ async fn an_unmapped_event_is_claimed_as_ignored(b: Backend) {
     assert_eq!(
         db.event_outcome("shop", "e_unknown").as_deref(),
         Some("ignored")
+    );
+}
+
+async fn a_delivery_the_database_refuses_fails_alone_and_the_rest_of_its_group_commits(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    // Parsing never yields a negative version; the table's CHECK refuses one. Sent
+    // among 50 good deliveries at once, it shares their group transaction.
+    let mut bad = order("bad", 1, "x");
+    bad.version = -1;
+    let mut deliveries: Vec<Delivery> = (0..50)
+        .map(|i| delivery(&format!("e{i}"), refund(&format!("re_{i}"), i)))
+        .collect();
+    deliveries.insert(25, delivery("e_bad", bad));
+    let results = futures_join(deliveries.into_iter().map(|d| {
+        let s = store.clone();
+        async move { s.apply_event(d).await }
+    }))
+    .await;
+    assert!(
+        results[25].is_err(),
+        "the refused delivery reports an error"
+    );
+    let applied = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Outcome::Applied)))
+        .count();
+    assert_eq!(applied, 50, "{results:?}");
+    assert_eq!(db.count("resources"), 50);
+    assert_eq!(
+        db.count("processed_events"),
+        50,
+        "the refused event is not claimed"
     );
 }

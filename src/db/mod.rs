@@ -138,10 +138,10 @@ fn connect(url: &str, backend: Backend, busy_timeout: Duration) -> Result<Conn, 
             let path = url.strip_prefix("sqlite://").unwrap_or(url);
             let mut c = SqliteConnection::establish(path)
                 .map_err(|e| ConnectError(format!("cannot open SQLite database {path:?}: {e}")))?;
-            // busy_timeout first: switching to WAL itself needs the lock when several
-            // connections open at once.
+            // WAL is set once, by Db::connect: it persists in the file, and switching to
+            // it takes an exclusive lock that would race with the other connections.
             c.batch_execute(&format!(
-                "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+                "PRAGMA busy_timeout = {}; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
                 busy_timeout.as_millis()
             ))
             .map_err(|e| ConnectError(format!("cannot configure SQLite database {path:?}: {e}")))?;
@@ -171,7 +171,13 @@ impl Db {
     /// back-off and lets later writers overtake earlier ones.
     pub fn connect(cfg: &DatabaseConfig) -> Result<Db, DbError> {
         let url = cfg.url.expose_secret().to_string();
-        connect(&url, cfg.backend, cfg.busy_timeout).map_err(|e| DbError::Unavailable(e.0))?;
+        let mut first =
+            connect(&url, cfg.backend, cfg.busy_timeout).map_err(|e| DbError::Unavailable(e.0))?;
+        if let Conn::Sqlite(c) = &mut first {
+            // Readers and the writer then no longer block each other.
+            c.batch_execute("PRAGMA journal_mode = WAL")?;
+        }
+        drop(first);
         let build = |size: u32| {
             Pool::builder()
                 .max_size(size)

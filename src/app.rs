@@ -1,16 +1,28 @@
-//! Building and running `serve`: database, migrations, listener, router, until shutdown.
+//! Building and running `serve`: database, migrations, listener, router, the reconcile
+//! scheduler and the conflict resolver, until shutdown.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, Scheme};
 use crate::db::Db;
 use crate::http::{HttpState, router};
+use crate::reconcile::{Reconciler, schedule};
 use crate::store::Store;
-use crate::webhook::Receiver;
+use crate::webhook::{ConflictKey, Receiver};
+
+/// Shutdown waits this long for in-flight requests and the current reconcile page;
+/// shorter than the unit's TimeoutStopSec (90 s by default).
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
+/// Conflicts waiting for resolution; more are left to the next reconcile.
+const CONFLICT_QUEUE: usize = 1024;
 
 /// A built, bound, not yet serving daemon. Tests build it on port 0 and read
 /// [`Application::local_addr`].
@@ -18,6 +30,8 @@ pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     db: Db,
+    reconciler: Reconciler,
+    conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
 }
 
 impl Application {
@@ -36,6 +50,7 @@ impl Application {
             }
         }
         let store = Store::new(db.clone());
+        let (conflict_tx, conflicts) = tokio::sync::mpsc::channel(CONFLICT_QUEUE);
         let mut receivers = Vec::new();
         for source in &config.sources {
             if source.webhook.scheme == Scheme::None {
@@ -47,7 +62,7 @@ impl Application {
             }
             receivers.push((
                 source.webhook.path.clone(),
-                Receiver::new(source, store.clone()),
+                Receiver::new(source, store.clone()).with_conflicts(conflict_tx.clone()),
             ));
         }
         let listener = TcpListener::bind(config.http.listen)
@@ -58,10 +73,13 @@ impl Application {
             db: db.clone(),
             max_body: config.http.max_body,
         });
+        let reconciler = Reconciler::new(Arc::new(config), store)?;
         Ok(Self {
             listener,
             router,
             db,
+            reconciler,
+            conflicts,
         })
     }
 
@@ -76,16 +94,84 @@ impl Application {
         &self.db
     }
 
-    /// Serves until `shutdown` completes, then stops accepting and lets in-flight
-    /// requests finish.
+    /// Serves until `shutdown` completes: then stops accepting, lets in-flight requests
+    /// finish and running reconciles finish their current page, within
+    /// [`DRAIN_DEADLINE`].
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        tracing::info!(listen = %self.local_addr(), "serving");
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
+        let listen = self.local_addr();
+        let cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let mut scheduler =
+            schedule::start(self.reconciler.clone(), cancel.clone(), tracker.clone()).await?;
+        tracker.spawn(resolve_conflicts(
+            self.reconciler.clone(),
+            self.conflicts,
+            cancel.clone(),
+        ));
+        tracing::info!(%listen, "serving");
+        let stop = cancel.clone();
+        let served = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                stop.cancel();
+            })
             .await
-            .context("HTTP server")
+            .context("HTTP server");
+        cancel.cancel();
+        if let Some(s) = scheduler.as_mut() {
+            if let Err(e) = s.shutdown().await {
+                tracing::warn!(error = %e, "scheduler shutdown");
+            }
+        }
+        tracker.close();
+        if tokio::time::timeout(DRAIN_DEADLINE, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "reconcile runs still going after the drain deadline; exiting anyway (their pages are committed, the next run resumes)"
+            );
+        }
+        served
+    }
+}
+
+async fn resolve_conflicts(
+    reconciler: Reconciler,
+    mut conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let (source, kind, id) = tokio::select! {
+            () = cancel.cancelled() => return,
+            next = conflicts.recv() => match next {
+                Some(k) => k,
+                None => return,
+            },
+        };
+        match reconciler.resolve(&source, &kind, &id).await {
+            Ok(true) => tracing::info!(
+                source,
+                kind,
+                id,
+                "conflict resolved from the sender's current state"
+            ),
+            Ok(false) => tracing::debug!(
+                source,
+                kind,
+                id,
+                "conflict left to the next reconcile (no get endpoint, or nothing newer)"
+            ),
+            Err(e) => tracing::warn!(
+                source,
+                kind,
+                id,
+                error = e,
+                "conflict resolution failed; the next reconcile will repair it"
+            ),
+        }
     }
 }

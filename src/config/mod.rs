@@ -169,7 +169,14 @@ pub enum Schedule {
 pub struct ReconcileConfig {
     pub schedule: Option<Schedule>,
     pub page_size: u32,
+    /// Per request to the sender (connect and whole response).
     pub timeout: Duration,
+    pub max_attempts: u32,
+    pub max_retry_wait: Duration,
+    pub jitter: Duration,
+    pub run_at_start: bool,
+    pub stale_after: Option<Duration>,
+    pub lease_ttl: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +224,8 @@ pub struct KindConfig {
     pub next_cursor: String,
     pub cursor_param: String,
     pub limit_param: String,
+    pub has_more: String,
+    pub starting_after_param: String,
     pub id: String,
     pub version: Option<String>,
     pub version_format: VersionFormat,
@@ -724,6 +733,26 @@ fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> Reconcile
             format!("{page_size} is out of range; use 1 to {MAX_PAGE_SIZE}"),
         );
     }
+    let max_attempts = r.max_attempts.unwrap_or(5);
+    if max_attempts == 0 {
+        c.fail(key("max_attempts"), "must be at least 1");
+    }
+    let default_jitter = match &schedule {
+        Some(Schedule::Every(d)) => (*d / 10).min(Duration::from_secs(30)),
+        _ => Duration::ZERO,
+    };
+    let jitter = match r.jitter.as_deref() {
+        Some("0") | Some("0s") => Duration::ZERO,
+        Some(t) => c.duration(&key("jitter"), t).unwrap_or(default_jitter),
+        None => default_jitter,
+    };
+    let stale_after = match r.stale_after.as_deref() {
+        Some(t) => c.duration(&key("stale_after"), t),
+        None => match &schedule {
+            Some(Schedule::Every(d)) => Some(*d * 3),
+            _ => None,
+        },
+    };
     ReconcileConfig {
         schedule,
         page_size,
@@ -731,6 +760,20 @@ fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> Reconcile
             &key("timeout"),
             r.timeout.as_deref(),
             DEFAULT_SENDER_TIMEOUT,
+        ),
+        max_attempts: max_attempts.max(1),
+        max_retry_wait: c.opt_duration(
+            &key("max_retry_wait"),
+            r.max_retry_wait.as_deref(),
+            Duration::from_secs(60),
+        ),
+        jitter,
+        run_at_start: r.run_at_start.unwrap_or(true),
+        stale_after,
+        lease_ttl: c.opt_duration(
+            &key("lease_ttl"),
+            r.lease_ttl.as_deref(),
+            Duration::from_secs(120),
         ),
     }
 }
@@ -787,6 +830,14 @@ fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> Ki
         ),
         cursor_param: raw.cursor_param.clone().unwrap_or_else(|| "cursor".into()),
         limit_param: raw.limit_param.clone().unwrap_or_else(|| "limit".into()),
+        has_more: c.pointer(
+            &key("has_more"),
+            raw.has_more.as_deref().unwrap_or("/has_more"),
+        ),
+        starting_after_param: raw
+            .starting_after_param
+            .clone()
+            .unwrap_or_else(|| "starting_after".into()),
         id: c.pointer(&key("id"), raw.id.as_deref().unwrap_or("/id")),
         version: raw
             .version

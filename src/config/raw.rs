@@ -149,6 +149,20 @@ pub struct RawReconcile {
     pub cron: Option<String>,
     pub page_size: Option<u32>,
     pub timeout: Option<String>,
+    /// Attempts per request to the sender before the run fails (default 5).
+    pub max_attempts: Option<u32>,
+    /// Longest `Retry-After` honoured; a sender asking for more fails the run (default 60s).
+    pub max_retry_wait: Option<String>,
+    /// Random delay before each scheduled run, so replicas and sources spread out.
+    pub jitter: Option<String>,
+    /// Run once as soon as `serve` starts (default true).
+    pub run_at_start: Option<bool>,
+    /// `/readyz` reports a kind overdue past this age of its last successful run
+    /// (default 3 × the interval).
+    pub stale_after: Option<String>,
+    /// How long a reconciling process holds a kind without renewing (default 2m): after
+    /// a crash, the next run can start once this has passed.
+    pub lease_ttl: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -160,6 +174,10 @@ pub struct RawKind {
     pub next_cursor: Option<String>,
     pub cursor_param: Option<String>,
     pub limit_param: Option<String>,
+    /// stripe pagination: pointer to the "more pages follow" flag (default `/has_more`).
+    pub has_more: Option<String>,
+    /// stripe pagination: the parameter carrying the last id (default `starting_after`).
+    pub starting_after_param: Option<String>,
     pub id: Option<String>,
     pub version: Option<String>,
     pub version_format: Option<String>,

@@ -328,3 +328,433 @@ mod tests {
         assert!(lite.contains("?16)") && lite.contains("IS NOT excluded.state"));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Reconciliation: local versions, runs, leases, checkpoints.
+// ---------------------------------------------------------------------------------------
+
+/// Most ids one `IN (..)` list carries.
+pub const MAX_IN_LIST: usize = 1000;
+
+fn in_list(backend: Backend, first: usize, n: usize) -> String {
+    (0..n)
+        .map(|i| placeholder(backend, first + i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A local row as the compare step needs it.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct LocalRow {
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = BigInt)]
+    pub version: i64,
+    #[diesel(sql_type = Bool)]
+    pub deleted: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state: Option<String>,
+}
+
+/// The stored rows of `ids` (one bulk read per call; at most [`MAX_IN_LIST`] ids).
+pub fn local_rows(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    ids: &[&str],
+) -> diesel::QueryResult<Vec<LocalRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let b = conn.backend();
+    let state = match b {
+        Backend::Postgres => "state::text AS state",
+        Backend::Sqlite => "state",
+    };
+    let sql = format!(
+        "SELECT id, version, deleted, {state} FROM resources WHERE source = {} AND kind = {} AND id IN ({})",
+        placeholder(b, 1),
+        placeholder(b, 2),
+        in_list(b, 3, ids.len())
+    );
+    on_conn!(conn, c => {
+        let mut q = sql_query(sql).into_boxed().bind::<Text, _>(source).bind::<Text, _>(kind);
+        for id in ids {
+            q = q.bind::<Text, _>(*id);
+        }
+        q.load(c)
+    })
+}
+
+#[derive(diesel::QueryableByName)]
+struct IdOnly {
+    #[diesel(sql_type = Text)]
+    id: String,
+}
+
+/// Live (not deleted) ids of a kind last written before `before` (a database
+/// timestamp), in id order after `after`: the keyset scan of deletion detection.
+pub fn live_ids_before(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    before: &str,
+    after: &str,
+    limit: i64,
+) -> diesel::QueryResult<Vec<String>> {
+    let sql = match conn.backend() {
+        Backend::Postgres => {
+            "SELECT id FROM resources WHERE source = $1 AND kind = $2 AND NOT deleted AND updated_at < $3::timestamptz AND id > $4 ORDER BY id LIMIT $5"
+        }
+        Backend::Sqlite => {
+            "SELECT id FROM resources WHERE source = ?1 AND kind = ?2 AND NOT deleted AND updated_at < ?3 AND id > ?4 ORDER BY id LIMIT ?5"
+        }
+    };
+    let rows: Vec<IdOnly> = on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(before)
+        .bind::<Text, _>(after)
+        .bind::<BigInt, _>(limit)
+        .load(c))?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Marks `ids` deleted (keeping version and state) unless they were written at or after
+/// `before`: a row changed since the sweep began was seen by a webhook and stays.
+pub fn tombstone(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    ids: &[&str],
+    before: &str,
+) -> diesel::QueryResult<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let b = conn.backend();
+    let cast = if b == Backend::Postgres {
+        "::timestamptz"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "UPDATE resources SET deleted = {t}, origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
+         WHERE source = {} AND kind = {} AND NOT deleted AND updated_at < {}{cast} AND id IN ({})",
+        placeholder(b, 1),
+        placeholder(b, 2),
+        placeholder(b, 3),
+        in_list(b, 4, ids.len()),
+        t = if b == Backend::Postgres { "true" } else { "1" },
+        now = now(b),
+    );
+    on_conn!(conn, c => {
+        let mut q = sql_query(sql)
+            .into_boxed()
+            .bind::<Text, _>(source)
+            .bind::<Text, _>(kind)
+            .bind::<Text, _>(before);
+        for id in ids {
+            q = q.bind::<Text, _>(*id);
+        }
+        q.execute(c)
+    })
+}
+
+#[derive(diesel::QueryableByName)]
+struct TextValue {
+    #[diesel(sql_type = Text)]
+    v: String,
+}
+
+/// The database's clock as ISO 8601 UTC text: the one clock every replica agrees on,
+/// used for sweep starts and leases (never for versions).
+pub fn db_now(conn: &mut Conn) -> diesel::QueryResult<String> {
+    let sql = match conn.backend() {
+        Backend::Postgres => {
+            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS v"
+        }
+        Backend::Sqlite => "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS v",
+    };
+    let r: TextValue = on_conn!(conn, c => sql_query(sql).get_result(c))?;
+    Ok(r.v)
+}
+
+#[derive(diesel::QueryableByName)]
+struct RunId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+/// Records the start of a run; returns its id. Runs of the same kind still marked
+/// `running` (their process died) become `abandoned`; the caller holds the lease, so
+/// no live run of the kind can be among them.
+pub fn start_run(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    mode: &str,
+) -> diesel::QueryResult<i64> {
+    let b = conn.backend();
+    if mode == "full" {
+        let sql = format!(
+            "UPDATE reconcile_runs SET status = 'abandoned', finished_at = {}, error = 'the process running it stopped before it finished' \
+             WHERE source = {} AND kind = {} AND status = 'running' AND mode = 'full'",
+            now(b),
+            placeholder(b, 1),
+            placeholder(b, 2)
+        );
+        on_conn!(conn, c => sql_query(sql).bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
+    }
+    let sql = format!(
+        "INSERT INTO reconcile_runs (source, kind, mode, status) VALUES ({}, {}, {}, 'running') RETURNING id",
+        placeholder(b, 1),
+        placeholder(b, 2),
+        placeholder(b, 3)
+    );
+    let r: RunId = on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(mode)
+        .get_result(c))?;
+    Ok(r.id)
+}
+
+/// Counts of one run, as stored in `reconcile_runs`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RunCounts {
+    pub pages: i64,
+    pub scanned: i64,
+    /// Listed by the sender, absent here.
+    pub missing: i64,
+    /// Newer version at the sender.
+    pub newer_remote: i64,
+    /// Same version, different state (or a local tombstone of a listed item).
+    pub differing: i64,
+    /// Newer here (a webhook overtook the listing): never overwritten.
+    pub newer_local: i64,
+    pub equal: i64,
+    /// Rows written (or, in a dry run, that would be).
+    pub applied: i64,
+    /// Live rows the complete sweep did not see, marked deleted.
+    pub tombstoned: i64,
+}
+
+/// Records a run's progress or end (`status` `running` while it goes on).
+pub fn update_run(
+    conn: &mut Conn,
+    id: i64,
+    status: &str,
+    counts: &RunCounts,
+    error: Option<&str>,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let finished = if status == "running" {
+        "NULL".to_string()
+    } else {
+        now(b).to_string()
+    };
+    let sql = format!(
+        "UPDATE reconcile_runs SET status = {}, finished_at = {finished}, pages = {}, scanned = {}, missing = {}, \
+         newer_remote = {}, differing = {}, newer_local = {}, equal = {}, applied = {}, tombstoned = {}, error = {} WHERE id = {}",
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8),
+        p(9),
+        p(10),
+        p(11),
+        p(12)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(status)
+        .bind::<BigInt, _>(counts.pages)
+        .bind::<BigInt, _>(counts.scanned)
+        .bind::<BigInt, _>(counts.missing)
+        .bind::<BigInt, _>(counts.newer_remote)
+        .bind::<BigInt, _>(counts.differing)
+        .bind::<BigInt, _>(counts.newer_local)
+        .bind::<BigInt, _>(counts.equal)
+        .bind::<BigInt, _>(counts.applied)
+        .bind::<BigInt, _>(counts.tombstoned)
+        .bind::<Nullable<Text>, _>(error)
+        .bind::<BigInt, _>(id)
+        .execute(c))?;
+    Ok(())
+}
+
+fn plus_seconds(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Postgres => format!("now() + make_interval(secs => {})", placeholder(backend, n)),
+        Backend::Sqlite => format!(
+            "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || {} || ' seconds')",
+            placeholder(backend, n)
+        ),
+    }
+}
+
+/// Takes the lease of a (source, kind) for `ttl_secs`, if it is free, expired, or ours.
+/// Returns the holder after the call: `holder` when taken.
+pub fn acquire_lease(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    holder: &str,
+    ttl_secs: f64,
+) -> diesel::QueryResult<String> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let sql = format!(
+        "INSERT INTO reconcile_leases (source, kind, holder, expires_at) VALUES ({}, {}, {}, {}) \
+         ON CONFLICT (source, kind) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+         WHERE reconcile_leases.expires_at < {} OR reconcile_leases.holder = excluded.holder",
+        p(1),
+        p(2),
+        p(3),
+        plus_seconds(b, 4),
+        now(b)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(holder)
+        .bind::<diesel::sql_types::Double, _>(ttl_secs)
+        .execute(c))?;
+    let sql = format!(
+        "SELECT holder AS v FROM reconcile_leases WHERE source = {} AND kind = {}",
+        p(1),
+        p(2)
+    );
+    let r: TextValue = on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .get_result(c))?;
+    Ok(r.v)
+}
+
+/// Extends our lease; false when it is no longer ours (it expired and was taken).
+pub fn renew_lease(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    holder: &str,
+    ttl_secs: f64,
+) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let sql = format!(
+        "UPDATE reconcile_leases SET expires_at = {} WHERE source = {} AND kind = {} AND holder = {}",
+        plus_seconds(b, 4),
+        p(1),
+        p(2),
+        p(3)
+    );
+    let n = on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(holder)
+        .bind::<diesel::sql_types::Double, _>(ttl_secs)
+        .execute(c))?;
+    Ok(n == 1)
+}
+
+pub fn release_lease(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    holder: &str,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let sql = format!(
+        "DELETE FROM reconcile_leases WHERE source = {} AND kind = {} AND holder = {}",
+        p(1),
+        p(2),
+        p(3)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(holder)
+        .execute(c))?;
+    Ok(())
+}
+
+/// Where an unfinished sweep stopped: (position, sweep start).
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct Checkpoint {
+    #[diesel(sql_type = Text)]
+    pub position: String,
+    #[diesel(sql_type = Text)]
+    pub sweep_started_at: String,
+}
+
+pub fn checkpoint(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+) -> diesel::QueryResult<Option<Checkpoint>> {
+    let sql = match conn.backend() {
+        Backend::Postgres => {
+            "SELECT position, to_char(sweep_started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS sweep_started_at FROM reconcile_checkpoints WHERE source = $1 AND kind = $2"
+        }
+        Backend::Sqlite => {
+            "SELECT position, sweep_started_at FROM reconcile_checkpoints WHERE source = ?1 AND kind = ?2"
+        }
+    };
+    let mut rows: Vec<Checkpoint> = on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .load(c))?;
+    Ok(rows.pop())
+}
+
+/// Records (`Some`) or clears (`None`) where the current sweep is.
+pub fn set_checkpoint(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    at: Option<(&str, &str)>,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    match at {
+        Some((position, sweep_started_at)) => {
+            let cast = if b == Backend::Postgres {
+                "::timestamptz"
+            } else {
+                ""
+            };
+            let sql = format!(
+                "INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at) VALUES ({}, {}, {}, {}{cast}) \
+                 ON CONFLICT (source, kind) DO UPDATE SET position = excluded.position, \
+                 sweep_started_at = excluded.sweep_started_at, updated_at = {}",
+                p(1),
+                p(2),
+                p(3),
+                p(4),
+                now(b)
+            );
+            on_conn!(conn, c => sql_query(sql)
+                .bind::<Text, _>(source)
+                .bind::<Text, _>(kind)
+                .bind::<Text, _>(position)
+                .bind::<Text, _>(sweep_started_at)
+                .execute(c))?;
+        }
+        None => {
+            let sql = format!(
+                "DELETE FROM reconcile_checkpoints WHERE source = {} AND kind = {}",
+                p(1),
+                p(2)
+            );
+            on_conn!(conn, c => sql_query(sql).bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
+        }
+    }
+    Ok(())
+}

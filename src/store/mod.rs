@@ -216,3 +216,26 @@ fn apply_batch(conn: &mut Conn, changes: &[Change]) -> diesel::QueryResult<Vec<K
     }
     Ok(written)
 }
+
+impl Store {
+    /// Marks deleted the live rows of `ids` not written since `before` (deletion
+    /// detection after a complete sweep). Returns how many were marked.
+    pub async fn tombstone(
+        &self,
+        source: String,
+        kind: String,
+        ids: Vec<String>,
+        before: String,
+    ) -> Result<usize, DbError> {
+        self.db
+            .write(move |conn| {
+                let mut n = 0;
+                for chunk in ids.chunks(sql::MAX_IN_LIST) {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    n += sql::tombstone(conn, &source, &kind, &refs, &before)?;
+                }
+                Ok(n)
+            })
+            .await
+    }
+}

@@ -44,7 +44,12 @@ pub struct Receiver {
     /// Event type -> kind and pointers.
     mappings: HashMap<String, KindMapping>,
     store: Store,
+    /// Where conflicts go to be resolved from the sender (see `reconcile::resolve`).
+    conflicts: Option<tokio::sync::mpsc::Sender<ConflictKey>>,
 }
+
+/// A resource whose webhook ended in `conflict`: (source, kind, id).
+pub type ConflictKey = (String, String, String);
 
 impl Receiver {
     pub fn new(source: &SourceConfig, store: Store) -> Self {
@@ -71,7 +76,14 @@ impl Receiver {
             ),
             mappings,
             store,
+            conflicts: None,
         }
+    }
+
+    /// Sends the resources of `conflict` outcomes to `tx` for resolution.
+    pub fn with_conflicts(mut self, tx: tokio::sync::mpsc::Sender<ConflictKey>) -> Self {
+        self.conflicts = Some(tx);
+        self
     }
 
     fn header_ids<'a>(&self, headers: &'a HeaderMap) -> HeaderIds<'a> {
@@ -125,6 +137,9 @@ impl Receiver {
                 }
             },
         };
+        let key = change
+            .as_ref()
+            .map(|c| (c.source.clone(), c.kind.clone(), c.id.clone()));
         let outcome = self
             .store
             .apply_event(Delivery {
@@ -134,6 +149,10 @@ impl Receiver {
                 change,
             })
             .await?;
+        if let (Outcome::Conflict, Some(tx), Some(key)) = (outcome, &self.conflicts, key) {
+            // A full queue drops the request: the next reconcile resolves it anyway.
+            let _ = tx.try_send(key);
+        }
         Ok((outcome, env.id))
     }
 }

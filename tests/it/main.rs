@@ -8,5 +8,6 @@
 mod helpers;
 
 mod cli;
+mod reconcile;
 mod store;
 mod webhook_http;

@@ -8,7 +8,7 @@ use webhook_reconciler::webhook::verify::sign;
 use crate::helpers::proxy::Proxy;
 use crate::helpers::{
     Backend, GITHUB_SECRET, SHOP_OLD_SECRET, STDWH_KEY, STRIPE_SECRET, TestApp, TestDb,
-    both_backends, now, order_event, refund_event, spawn_app, spawn_app_on,
+    both_backends, eventually, now, order_event, refund_event, spawn_app, spawn_app_on,
 };
 
 both_backends!(
@@ -421,22 +421,6 @@ async fn health_and_readiness_answer(b: Backend) {
     let r = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["database"], "ok");
-}
-
-/// Waits for `cond` to hold, polling, for at most `limit`.
-async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if cond().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

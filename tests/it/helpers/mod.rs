@@ -208,3 +208,19 @@ impl TestApp {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 }
+
+/// Waits for `cond` to hold, polling, for at most `limit`.
+pub async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

@@ -1,6 +1,8 @@
 //! The command line: parse, load the configuration, run one command, return its exit
 //! code. `main` only calls [`run`].
 
+mod reconcile;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,6 +38,21 @@ pub enum Command {
     Migrate,
     /// Validate the configuration (and that every secret resolves) without side effects.
     CheckConfig,
+    /// Reconcile now, once: page through the senders' listings and repair what differs.
+    Reconcile {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// Only this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Write nothing; report what would change and the first ids.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs the parsed command line; errors of the work itself are printed here, once.
@@ -48,13 +65,30 @@ pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::CheckConfig => {
             print_config_summary(&config);
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
-        Command::Migrate => migrate(&config).await,
-        Command::Serve => serve(config).await,
+        Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
+        Command::Serve => serve(config).await.map(|()| ExitCode::SUCCESS),
+        Command::Reconcile {
+            source,
+            kind,
+            dry_run,
+            json,
+        } => {
+            reconcile::run(
+                config,
+                reconcile::Args {
+                    source,
+                    kind,
+                    dry_run,
+                    json,
+                },
+            )
+            .await
+        }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_FAILED)

@@ -1,0 +1,3 @@
+DROP TABLE reconcile_checkpoints;
+DROP TABLE reconcile_leases;
+DROP TABLE reconcile_runs;

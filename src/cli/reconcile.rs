@@ -1,0 +1,188 @@
+//! `reconcile`: one run of the selected kinds now, a summary row per kind, a progress
+//! line per kind on a terminal, JSON with `--json`.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio_util::sync::CancellationToken;
+
+use super::{EXIT_CONFIG, EXIT_FAILED};
+use crate::config::Config;
+use crate::db::Db;
+use crate::reconcile::{KindReport, Reconciler, RunOptions, RunStatus};
+use crate::store::Store;
+
+pub struct Args {
+    pub source: Option<String>,
+    pub kind: Option<String>,
+    pub dry_run: bool,
+    pub json: bool,
+}
+
+pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
+    let db = Db::connect(&config.database)?;
+    if config.database.migrate && !args.dry_run {
+        let d = db.clone();
+        tokio::task::spawn_blocking(move || d.migrate()).await??;
+    }
+    let reconciler = Reconciler::new(Arc::new(config), Store::new(db))?;
+    let selected: Vec<_> = reconciler
+        .kinds(args.source.as_deref(), args.kind.as_deref())
+        .into_iter()
+        .map(|(s, k)| (s.clone(), k.clone()))
+        .collect();
+    if selected.is_empty() {
+        eprintln!(
+            "no kind with a list endpoint matches{}{}; check --source / --kind and the configuration",
+            args.source
+                .as_deref()
+                .map(|s| format!(" --source {s}"))
+                .unwrap_or_default(),
+            args.kind
+                .as_deref()
+                .map(|k| format!(" --kind {k}"))
+                .unwrap_or_default(),
+        );
+        return Ok(ExitCode::from(EXIT_CONFIG));
+    }
+    let cancel = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            crate::shutdown::signal().await;
+            cancel.cancel();
+        });
+    }
+    let terminal = std::io::stderr().is_terminal() && !args.json;
+    let opts = RunOptions {
+        dry_run: args.dry_run,
+    };
+    let mut reports = Vec::new();
+    for (source, kind) in &selected {
+        let bar = terminal.then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_prefix(format!("{}/{}", source.name, kind.name));
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        let progress = {
+            let bar = bar.clone();
+            move |c: &crate::db::sql::RunCounts| {
+                if let Some(bar) = &bar {
+                    bar.set_message(format!(
+                        "page {}, {} scanned, {} applied",
+                        c.pages, c.scanned, c.applied
+                    ));
+                }
+            }
+        };
+        let report = reconciler
+            .run_kind(source, kind, &opts, &cancel, &progress)
+            .await;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        if !args.json && !terminal {
+            eprintln!(
+                "{}/{}: {}",
+                report.source,
+                report.kind,
+                status_text(&report)
+            );
+        }
+        reports.push(report);
+        if cancel.is_cancelled() {
+            break;
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print_table(&reports);
+    }
+    let failed = reports
+        .iter()
+        .any(|r| matches!(r.status, RunStatus::Failed { .. }));
+    Ok(if failed {
+        ExitCode::from(EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn status_text(r: &KindReport) -> String {
+    match &r.status {
+        RunStatus::Succeeded if r.dry_run => "dry run".into(),
+        RunStatus::Succeeded => "succeeded".into(),
+        RunStatus::Failed { error } => format!("FAILED: {error}"),
+        RunStatus::Skipped { lease_holder } => format!("skipped: lease held by {lease_holder}"),
+    }
+}
+
+fn print_table(reports: &[KindReport]) {
+    println!(
+        "{:<24} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>9}",
+        "KIND",
+        "STATUS",
+        "PAGES",
+        "SCANNED",
+        if reports.iter().any(|r| r.dry_run) {
+            "WOULD"
+        } else {
+            "APPLIED"
+        },
+        "UNCHANGED",
+        "MISSING",
+        "LOCAL-NEWER",
+        "ERRORS",
+        "DURATION"
+    );
+    for r in reports {
+        let c = &r.counts;
+        let status = match &r.status {
+            RunStatus::Succeeded if r.dry_run => "dry-run",
+            RunStatus::Succeeded => "ok",
+            RunStatus::Failed { .. } => "FAILED",
+            RunStatus::Skipped { .. } => "skipped",
+        };
+        println!(
+            "{:<24} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>8.1}s",
+            format!("{}/{}", r.source, r.kind),
+            status,
+            c.pages,
+            c.scanned,
+            c.applied,
+            c.equal,
+            c.missing,
+            c.newer_local,
+            u8::from(matches!(r.status, RunStatus::Failed { .. })),
+            r.seconds
+        );
+    }
+    for r in reports {
+        match &r.status {
+            RunStatus::Failed { error } => println!("{}/{}: {error}", r.source, r.kind),
+            RunStatus::Skipped { lease_holder } => {
+                println!(
+                    "{}/{}: another process ({lease_holder}) is reconciling it now",
+                    r.source, r.kind
+                )
+            }
+            RunStatus::Succeeded if r.dry_run && !r.would_change.is_empty() => println!(
+                "{}/{}: would write {} item(s), first: {}",
+                r.source,
+                r.kind,
+                r.counts.applied,
+                r.would_change.join(", ")
+            ),
+            _ => {}
+        }
+    }
+}

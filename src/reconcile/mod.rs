@@ -1,0 +1,513 @@
+//! The reconcile flow for one kind: tick -> list pages -> compare -> guarded write.
+//!
+//! A run never learns why it runs (schedule, command, start-up): it takes the kind's
+//! lease, pages through the sender's listing, and per page does one bulk read of the
+//! local rows, a pure compare, and one batched guarded write of what differs — one
+//! transaction per page, so a failed run keeps the pages it applied. A run that cannot
+//! finish is `failed`, never `succeeded`; an unfinished sweep resumes from its last
+//! committed page while the sender's cursor still works.
+//!
+//! Invariant: reconciliation writes resources only through `store` (the same guard as
+//! webhooks), and never overwrites a row that is newer locally.
+
+pub mod compare;
+pub mod schedule;
+
+use std::collections::HashSet;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::change::{Change, Pointers};
+use crate::config::{Action, Config, KindConfig, SourceConfig};
+use crate::db::DbError;
+use crate::db::sql::{self, RunCounts};
+use crate::sender::{Next, Sender, SenderError};
+use crate::store::Store;
+
+/// How many ids a dry run lists as examples.
+const DRY_RUN_EXAMPLES: usize = 10;
+/// Ids per page of the local scan of deletion detection.
+const DELETE_SCAN_PAGE: i64 = 1000;
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum RunStatus {
+    Succeeded,
+    Failed {
+        error: String,
+    },
+    /// Another process holds the lease: it is reconciling this kind now.
+    Skipped {
+        lease_holder: String,
+    },
+}
+
+/// What one run of one kind did.
+#[derive(Debug, Clone, Serialize)]
+pub struct KindReport {
+    pub source: String,
+    pub kind: String,
+    #[serde(flatten)]
+    pub status: RunStatus,
+    pub dry_run: bool,
+    pub resumed: bool,
+    pub counts: RunCounts,
+    pub seconds: f64,
+    /// Dry run: the first ids that would be written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_change: Vec<String>,
+}
+
+/// Options of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub dry_run: bool,
+}
+
+/// Reconciles the kinds of the configured sources.
+#[derive(Clone)]
+pub struct Reconciler {
+    config: Arc<Config>,
+    store: Store,
+    senders: Arc<Vec<Sender>>,
+    holder: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Sender(#[from] SenderError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Reconciler {
+    pub fn new(config: Arc<Config>, store: Store) -> anyhow::Result<Self> {
+        let senders = config
+            .sources
+            .iter()
+            .map(Sender::new)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self {
+            config,
+            store,
+            senders: Arc::new(senders),
+            holder: holder_id(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The (source, kind) pairs that have a list endpoint, filtered by name.
+    pub fn kinds(
+        &self,
+        source: Option<&str>,
+        kind: Option<&str>,
+    ) -> Vec<(&SourceConfig, &KindConfig)> {
+        self.config
+            .sources
+            .iter()
+            .filter(|s| source.is_none_or(|n| n == s.name))
+            .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
+            .filter(|(_, k)| kind.is_none_or(|n| n == k.name))
+            .filter(|(_, k)| k.list.is_some())
+            .collect()
+    }
+
+    fn sender(&self, source: &str) -> Option<&Sender> {
+        self.senders.iter().find(|s| s.source() == source)
+    }
+
+    /// Runs one kind to the end (or to `cancel`, between pages). `progress` is called
+    /// after every page with the counts so far.
+    pub async fn run_kind(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        opts: &RunOptions,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(&RunCounts) + Send + Sync),
+    ) -> KindReport {
+        let started = Instant::now();
+        let mut report = KindReport {
+            source: source.name.clone(),
+            kind: kind.name.clone(),
+            status: RunStatus::Succeeded,
+            dry_run: opts.dry_run,
+            resumed: false,
+            counts: RunCounts::default(),
+            seconds: 0.0,
+            would_change: Vec::new(),
+        };
+        let result = if opts.dry_run {
+            self.sweep(source, kind, None, &mut report, cancel, progress)
+                .await
+        } else {
+            self.leased_run(source, kind, &mut report, cancel, progress)
+                .await
+        };
+        if let Err(e) = result {
+            report.status = RunStatus::Failed {
+                error: e.to_string(),
+            };
+        }
+        report.seconds = started.elapsed().as_secs_f64();
+        match &report.status {
+            RunStatus::Succeeded => {
+                tracing::info!(source = source.name, kind = kind.name, dry_run = opts.dry_run, counts = ?report.counts, seconds = report.seconds, "reconcile run succeeded")
+            }
+            RunStatus::Failed { error } => {
+                tracing::error!(source = source.name, kind = kind.name, error, counts = ?report.counts, "reconcile run failed; pages already applied stay applied")
+            }
+            RunStatus::Skipped { lease_holder } => tracing::info!(
+                source = source.name,
+                kind = kind.name,
+                lease_holder,
+                "reconcile run skipped: another process holds the lease"
+            ),
+        }
+        report
+    }
+
+    async fn leased_run(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        report: &mut KindReport,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(&RunCounts) + Send + Sync),
+    ) -> Result<(), RunError> {
+        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
+        let ttl = source.reconcile.lease_ttl.as_secs_f64();
+        let holder = self
+            .store
+            .db()
+            .write(move |c| sql::acquire_lease(c, &s, &k, &me, ttl))
+            .await?;
+        if holder != self.holder {
+            report.status = RunStatus::Skipped {
+                lease_holder: holder,
+            };
+            return Ok(());
+        }
+        let (s, k) = (source.name.clone(), kind.name.clone());
+        let run_id = self
+            .store
+            .db()
+            .write(move |c| sql::start_run(c, &s, &k, "full"))
+            .await?;
+        let result = self
+            .sweep(source, kind, Some(run_id), report, cancel, progress)
+            .await;
+        let (status, error) = match &result {
+            Ok(()) => ("succeeded", None),
+            Err(e) => ("failed", Some(e.to_string())),
+        };
+        let counts = report.counts;
+        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
+        // Recording the end and releasing the lease are best effort: if the database is
+        // gone, the run stays `running` (marked abandoned by the next run) and the lease
+        // expires by itself.
+        let end = self
+            .store
+            .db()
+            .write(move |c| {
+                sql::update_run(c, run_id, status, &counts, error.as_deref())?;
+                sql::release_lease(c, &s, &k, &me)
+            })
+            .await;
+        if let Err(e) = end {
+            tracing::warn!(error = %e, "could not record the end of the reconcile run");
+        }
+        result
+    }
+
+    /// Pages through the listing; `run_id` is `None` for a dry run (which writes
+    /// nothing, not even its run).
+    async fn sweep(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        run_id: Option<i64>,
+        report: &mut KindReport,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(&RunCounts) + Send + Sync),
+    ) -> Result<(), RunError> {
+        let sender = self
+            .sender(&source.name)
+            .ok_or_else(|| RunError::Other(format!("no sender for source {}", source.name)))?;
+        let db = self.store.db().clone();
+        let (s, k) = (source.name.clone(), kind.name.clone());
+        let (checkpoint, now) = db
+            .read(move |c| Ok((sql::checkpoint(c, &s, &k)?, sql::db_now(c)?)))
+            .await?;
+        // Resume an unfinished sweep where it stopped; its start still bounds deletion
+        // detection, but a resumed sweep did not see the earlier pages, so it detects
+        // no deletions.
+        let (mut at, sweep_started) = match checkpoint
+            .as_ref()
+            .and_then(|c| Next::decode(&c.position).map(|n| (n, c.sweep_started_at.clone())))
+        {
+            Some((next, started)) if run_id.is_some() => {
+                report.resumed = true;
+                (Some(next), started)
+            }
+            _ => (None, now),
+        };
+        let detect = kind.detect_deletes && !report.resumed && run_id.is_some();
+        let mut seen = SeenIds::default();
+        let pointers = Pointers {
+            id: &kind.id,
+            version: kind.version.as_deref(),
+            state: Some(&kind.state),
+            version_format: kind.version_format,
+            action: Action::Upsert,
+        };
+        loop {
+            if cancel.is_cancelled() {
+                return Err(RunError::Other(format!(
+                    "stopped by shutdown after {} pages; the next run resumes from there",
+                    report.counts.pages
+                )));
+            }
+            if run_id.is_some() {
+                self.renew_lease(source, kind).await?;
+            }
+            let page_url = sender.page_url(kind, at.as_ref())?.to_string();
+            let page = sender.list_page(kind, at.as_ref()).await?;
+            let changes: Vec<Change> = page
+                .items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    pointers.read(item, &source.name, &kind.name).map_err(|e| {
+                        RunError::Sender(SenderError::BadPage {
+                            url: page_url.clone(),
+                            reason: format!("item {i}: {e}"),
+                        })
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            drop(page.items);
+            if detect {
+                for c in &changes {
+                    seen.insert(&c.id);
+                }
+            }
+            self.apply_page(source, kind, changes, run_id.is_none(), report)
+                .await?;
+            report.counts.pages += 1;
+            progress(&report.counts);
+            at = page.next;
+            if let Some(run_id) = run_id {
+                let (s, k, counts) = (source.name.clone(), kind.name.clone(), report.counts);
+                let position = at.as_ref().map(Next::encode);
+                let started = sweep_started.clone();
+                db.write(move |c| {
+                    sql::set_checkpoint(
+                        c,
+                        &s,
+                        &k,
+                        position.as_deref().map(|p| (p, started.as_str())),
+                    )?;
+                    sql::update_run(c, run_id, "running", &counts, None)
+                })
+                .await?;
+            }
+            if at.is_none() {
+                break;
+            }
+        }
+        if detect {
+            report.counts.tombstoned = self
+                .detect_deletes(source, kind, &seen, &sweep_started)
+                .await? as i64;
+        }
+        Ok(())
+    }
+
+    async fn apply_page(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        changes: Vec<Change>,
+        dry_run: bool,
+        report: &mut KindReport,
+    ) -> Result<(), RunError> {
+        let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
+        let (s, k) = (source.name.clone(), kind.name.clone());
+        let local = self
+            .store
+            .db()
+            .read(move |c| {
+                let mut rows = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(sql::MAX_IN_LIST) {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    rows.extend(sql::local_rows(c, &s, &k, &refs)?);
+                }
+                Ok(rows)
+            })
+            .await?;
+        let write = compare::compare_page(&changes, &local, &mut report.counts);
+        if write.is_empty() {
+            return Ok(());
+        }
+        if dry_run {
+            report.counts.applied += write.len() as i64;
+            for i in write {
+                if report.would_change.len() < DRY_RUN_EXAMPLES {
+                    report.would_change.push(changes[i].id.clone());
+                }
+            }
+            return Ok(());
+        }
+        let mut changes = changes;
+        let batch: Vec<Change> = write
+            .into_iter()
+            .rev()
+            .map(|i| changes.swap_remove(i))
+            .collect();
+        let written = self.store.apply_batch(batch).await?;
+        report.counts.applied += written.len() as i64;
+        Ok(())
+    }
+
+    async fn renew_lease(&self, source: &SourceConfig, kind: &KindConfig) -> Result<(), RunError> {
+        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
+        let ttl = source.reconcile.lease_ttl.as_secs_f64();
+        let ours = self
+            .store
+            .db()
+            .write(move |c| sql::renew_lease(c, &s, &k, &me, ttl))
+            .await?;
+        if ours {
+            Ok(())
+        } else {
+            Err(RunError::Other(
+                "lost the lease (this process stalled longer than its lease); another replica took over".into(),
+            ))
+        }
+    }
+
+    /// After a complete sweep: live rows not seen and not written since the sweep began
+    /// are gone at the sender.
+    async fn detect_deletes(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        seen: &SeenIds,
+        sweep_started: &str,
+    ) -> Result<usize, RunError> {
+        let mut after = String::new();
+        let mut total = 0;
+        loop {
+            let (s, k, b, a) = (
+                source.name.clone(),
+                kind.name.clone(),
+                sweep_started.to_string(),
+                after.clone(),
+            );
+            let ids = self
+                .store
+                .db()
+                .read(move |c| sql::live_ids_before(c, &s, &k, &b, &a, DELETE_SCAN_PAGE))
+                .await?;
+            let Some(last) = ids.last().cloned() else {
+                break;
+            };
+            let gone: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
+            if !gone.is_empty() {
+                total += self
+                    .store
+                    .tombstone(
+                        source.name.clone(),
+                        kind.name.clone(),
+                        gone,
+                        sweep_started.to_string(),
+                    )
+                    .await?;
+            }
+            after = last;
+        }
+        Ok(total)
+    }
+
+    /// Fetches one resource from the sender and applies it (conflict resolution).
+    pub async fn resolve(&self, source: &str, kind: &str, id: &str) -> Result<bool, String> {
+        let Some((s, k)) = self
+            .config
+            .sources
+            .iter()
+            .filter(|s| s.name == source)
+            .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
+            .find(|(_, k)| k.name == kind)
+        else {
+            return Err(format!("unknown kind {source}/{kind}"));
+        };
+        if k.get.is_none() {
+            return Ok(false);
+        }
+        let sender = self.sender(source).ok_or("no sender")?;
+        let Some(item) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let change = Pointers {
+            id: &k.id,
+            version: k.version.as_deref(),
+            state: Some(&k.state),
+            version_format: k.version_format,
+            action: Action::Upsert,
+        }
+        .read(&item, &s.name, &k.name)
+        .map_err(|e| format!("GET {id}: {e}"))?;
+        let written = self
+            .store
+            .apply_batch(vec![change])
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(!written.is_empty())
+    }
+}
+
+/// The ids seen by a sweep, as 64-bit hashes: 8 bytes an item whatever the id's length.
+/// A collision can only make a deleted row look seen, which keeps it (the safe side).
+#[derive(Default)]
+struct SeenIds {
+    hashes: HashSet<u64>,
+    state: std::collections::hash_map::RandomState,
+}
+
+impl SeenIds {
+    fn hash(&self, id: &str) -> u64 {
+        self.state.hash_one(id)
+    }
+
+    fn insert(&mut self, id: &str) {
+        let h = self.hash(id);
+        self.hashes.insert(h);
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.hashes.contains(&self.hash(id))
+    }
+}
+
+fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}

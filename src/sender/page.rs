@@ -1,0 +1,200 @@
+//! Reading one page of a list endpoint: its items and where the next page is, for the
+//! three pagination styles. Pure: the HTTP response comes in as status-free parts.
+
+use serde_json::Value;
+
+use crate::config::{KindConfig, Pagination};
+
+/// Where the next page is, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Cursor pagination: the opaque `next_cursor`.
+    Cursor(String),
+    /// RFC 8288 `Link: <url>; rel="next"`.
+    Url(String),
+    /// Stripe style: `starting_after` = the last item's id.
+    StartingAfter(String),
+}
+
+impl Next {
+    /// The position as it is stored to resume a sweep.
+    pub fn encode(&self) -> String {
+        match self {
+            Next::Cursor(c) => format!("cursor:{c}"),
+            Next::Url(u) => format!("url:{u}"),
+            Next::StartingAfter(id) => format!("after:{id}"),
+        }
+    }
+
+    pub fn decode(s: &str) -> Option<Next> {
+        if let Some(c) = s.strip_prefix("cursor:") {
+            Some(Next::Cursor(c.to_string()))
+        } else if let Some(u) = s.strip_prefix("url:") {
+            Some(Next::Url(u.to_string()))
+        } else {
+            s.strip_prefix("after:")
+                .map(|id| Next::StartingAfter(id.to_string()))
+        }
+    }
+}
+
+/// One page: its items (JSON values, read later with the kind's pointers) and the next
+/// position.
+#[derive(Debug)]
+pub struct Page {
+    pub items: Vec<Value>,
+    pub next: Option<Next>,
+}
+
+/// Reads a page body. `link` is the response's `Link` header, if any.
+pub fn parse_page(kind: &KindConfig, body: &[u8], link: Option<&str>) -> Result<Page, String> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("page is not JSON: {e}"))?;
+    let items = match doc.pointer(&kind.items) {
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => return Err(format!("items pointer {:?} is not an array", kind.items)),
+        None => {
+            return Err(format!(
+                "items pointer {:?} matches nothing in the page",
+                kind.items
+            ));
+        }
+    };
+    let next = match kind.pagination {
+        Pagination::Cursor => match doc.pointer(&kind.next_cursor) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(Next::Cursor(s.clone())),
+            Some(Value::Number(n)) => Some(Next::Cursor(n.to_string())),
+            Some(_) => {
+                return Err(format!(
+                    "next cursor at {:?} is neither a string nor null",
+                    kind.next_cursor
+                ));
+            }
+        },
+        Pagination::Link => link.and_then(next_link).map(Next::Url),
+        Pagination::Stripe => match doc.pointer(&kind.has_more) {
+            Some(Value::Bool(true)) => {
+                let last = items
+                    .last()
+                    .ok_or("has_more is true but the page has no items")?;
+                let id = crate::change::read_id(last, &kind.id).map_err(|e| e.to_string())?;
+                Some(Next::StartingAfter(id))
+            }
+            Some(Value::Bool(false)) | None | Some(Value::Null) => None,
+            Some(_) => return Err(format!("{:?} is not a boolean", kind.has_more)),
+        },
+    };
+    Ok(Page { items, next })
+}
+
+/// The `rel="next"` target of an RFC 8288 Link header.
+pub fn next_link(header: &str) -> Option<String> {
+    for part in header.split(',') {
+        let mut pieces = part.split(';');
+        let target = pieces.next()?.trim();
+        let url = target.strip_prefix('<')?.strip_suffix('>')?;
+        let is_next = pieces.any(|p| {
+            let p = p.trim();
+            p.strip_prefix("rel=")
+                .map(|r| {
+                    r.trim_matches('"')
+                        .split_whitespace()
+                        .any(|r| r.eq_ignore_ascii_case("next"))
+                })
+                .unwrap_or(false)
+        });
+        if is_next {
+            return Some(url.to_string());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn kind(pagination: &str) -> KindConfig {
+        let c = Config::from_toml_str(&format!(
+            "[sources.s]\napi_base = \"http://x\"\n[sources.s.webhook]\nsecrets = [\"k\"]\n[sources.s.kinds.k]\nlist = \"/k\"\npagination = \"{pagination}\"\n"
+        ))
+        .unwrap();
+        c.sources[0].kinds[0].clone()
+    }
+
+    #[test]
+    fn cursor_pages_end_on_a_null_or_missing_cursor() {
+        let k = kind("cursor");
+        let p = parse_page(&k, br#"{"data":[{"id":"a"}],"next_cursor":"c2"}"#, None).unwrap();
+        assert_eq!(
+            (p.items.len(), p.next),
+            (1, Some(Next::Cursor("c2".into())))
+        );
+        for last in [r#"{"data":[],"next_cursor":null}"#, r#"{"data":[]}"#] {
+            assert_eq!(parse_page(&k, last.as_bytes(), None).unwrap().next, None);
+        }
+    }
+
+    #[test]
+    fn a_page_without_items_or_not_json_is_an_error_that_says_why() {
+        let k = kind("cursor");
+        assert!(
+            parse_page(&k, b"<html>", None)
+                .unwrap_err()
+                .contains("not JSON")
+        );
+        assert!(
+            parse_page(&k, br#"{"items":[]}"#, None)
+                .unwrap_err()
+                .contains("matches nothing")
+        );
+        assert!(
+            parse_page(&k, br#"{"data":{}}"#, None)
+                .unwrap_err()
+                .contains("not an array")
+        );
+    }
+
+    #[test]
+    fn link_pagination_follows_rel_next_only() {
+        let k = kind("link");
+        let h = r#"<https://api.example/o?page=1>; rel="prev", <https://api.example/o?page=3>; rel="next""#;
+        let p = parse_page(&k, br#"{"data":[]}"#, Some(h)).unwrap();
+        assert_eq!(
+            p.next,
+            Some(Next::Url("https://api.example/o?page=3".into()))
+        );
+        assert_eq!(next_link(r#"<https://a/x>; rel="prev""#), None);
+        assert_eq!(
+            next_link(r#"<https://a/x>; rel="next last""#).as_deref(),
+            Some("https://a/x")
+        );
+    }
+
+    #[test]
+    fn stripe_pagination_continues_after_the_last_id_while_has_more() {
+        let k = kind("stripe");
+        let p = parse_page(
+            &k,
+            br#"{"data":[{"id":"a"},{"id":"b"}],"has_more":true}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(p.next, Some(Next::StartingAfter("b".into())));
+        let p = parse_page(&k, br#"{"data":[{"id":"c"}],"has_more":false}"#, None).unwrap();
+        assert_eq!(p.next, None);
+    }
+
+    #[test]
+    fn positions_survive_being_stored() {
+        for n in [
+            Next::Cursor("c:1".into()),
+            Next::Url("https://a/b?c=d".into()),
+            Next::StartingAfter("x".into()),
+        ] {
+            assert_eq!(Next::decode(&n.encode()), Some(n));
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! A simulated sender: a real HTTP server on 127.0.0.1 that owns resources of a few
+//! kinds and serves their list and get endpoints in the three pagination styles, with
+//! the faults real senders have (5xx, 429 with Retry-After, malformed pages). Used by
+//! the tests, the benchmarks and the demo.
+//!
+//! It is the *sender's* side, not ours: it uses axum for its own server like any
+//! sender would, apart from the daemon's `http` module.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+/// How a kind's listing is paginated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Cursor,
+    Link,
+    Stripe,
+}
+
+/// One resource as the sender holds it.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub version: i64,
+    /// Extra fields of the item (merged with `id` and `version` when served).
+    pub fields: Value,
+}
+
+/// Items computed from their index instead of stored, for listings of millions.
+#[derive(Clone)]
+pub struct Generated {
+    pub count: u64,
+    /// Item `i`'s version.
+    pub version_of: Arc<dyn Fn(u64) -> i64 + Send + Sync>,
+}
+
+impl Generated {
+    pub fn id_of(i: u64) -> String {
+        format!("g{i:010}")
+    }
+
+    fn index_of(id: &str) -> Option<u64> {
+        id.strip_prefix('g')?.parse().ok()
+    }
+}
+
+enum Listing {
+    Stored(BTreeMap<String, Item>),
+    Generated(Generated),
+}
+
+/// A fault to answer instead of the page.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// This status, with `Retry-After` seconds if given.
+    Status(u16, Option<u64>),
+    /// 200 with a body that is not a page.
+    Malformed,
+}
+
+#[derive(Default)]
+struct World {
+    kinds: HashMap<String, (Style, Listing)>,
+    /// Faults by the number of the list request they answer (1-based, all kinds).
+    faults: BTreeMap<u64, Fault>,
+    list_requests: u64,
+    get_requests: u64,
+}
+
+/// The running simulated sender. Dropping it stops the server.
+pub struct SimSender {
+    pub addr: SocketAddr,
+    world: Arc<Mutex<World>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SimSender {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn lock(world: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
+    // A panic while holding the lock would be a bug in this module; the data is still
+    // usable for a simulator.
+    world.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SimSender {
+    /// Starts serving on 127.0.0.1, on a free port.
+    pub async fn start() -> std::io::Result<SimSender> {
+        let world = Arc::new(Mutex::new(World::default()));
+        let app = Router::new()
+            .route("/{kind}", get(list))
+            .route("/{kind}/{id}", get(get_one))
+            .with_state(world.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(SimSender {
+            addr,
+            world,
+            server,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, the `api_base` to configure.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Declares a kind with stored items, served in `style`.
+    pub fn add_kind(&self, kind: &str, style: Style) {
+        lock(&self.world)
+            .kinds
+            .insert(kind.into(), (style, Listing::Stored(BTreeMap::new())));
+    }
+
+    /// Declares a kind whose items are computed, served in `style`.
+    pub fn add_generated_kind(&self, kind: &str, style: Style, generated: Generated) {
+        lock(&self.world)
+            .kinds
+            .insert(kind.into(), (style, Listing::Generated(generated)));
+    }
+
+    /// Creates or replaces a stored item.
+    pub fn put(&self, kind: &str, id: &str, version: i64, fields: Value) {
+        if let Some((_, Listing::Stored(items))) = lock(&self.world).kinds.get_mut(kind) {
+            items.insert(id.into(), Item { version, fields });
+        }
+    }
+
+    /// Removes a stored item (the sender deleted it).
+    pub fn remove(&self, kind: &str, id: &str) {
+        if let Some((_, Listing::Stored(items))) = lock(&self.world).kinds.get_mut(kind) {
+            items.remove(id);
+        }
+    }
+
+    /// The item as served: `{"id", "version", ...fields}`.
+    pub fn item_json(id: &str, item: &Item) -> Value {
+        let mut v = json!({"id": id, "version": item.version});
+        if let (Some(obj), Some(fields)) = (v.as_object_mut(), item.fields.as_object()) {
+            for (k, f) in fields {
+                obj.insert(k.clone(), f.clone());
+            }
+        }
+        v
+    }
+
+    /// A stored kind's items as served, by id.
+    pub fn items(&self, kind: &str) -> BTreeMap<String, Value> {
+        match lock(&self.world).kinds.get(kind) {
+            Some((_, Listing::Stored(items))) => items
+                .iter()
+                .map(|(id, it)| (id.clone(), Self::item_json(id, it)))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// Answers list request number `n` (1-based, counting all kinds) with `fault`.
+    pub fn fail_list_request(&self, n: u64, fault: Fault) {
+        lock(&self.world).faults.insert(n, fault);
+    }
+
+    /// List requests served so far (faults included).
+    pub fn list_requests(&self) -> u64 {
+        lock(&self.world).list_requests
+    }
+
+    pub fn get_requests(&self) -> u64 {
+        lock(&self.world).get_requests
+    }
+}
+
+fn fault_response(fault: Fault) -> Response {
+    match fault {
+        Fault::Status(code, retry_after) => {
+            let mut r = (
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                axum::Json(json!({"error": "simulated fault"})),
+            )
+                .into_response();
+            if let Some(secs) = retry_after {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            r
+        }
+        Fault::Malformed => (StatusCode::OK, "<html>upstream proxy error</html>").into_response(),
+    }
+}
+
+async fn list(
+    State(world): State<Arc<Mutex<World>>>,
+    Path(kind): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut w = lock(&world);
+    w.list_requests += 1;
+    let n = w.list_requests;
+    if let Some(fault) = w.faults.remove(&n) {
+        return fault_response(fault);
+    }
+    let Some((style, listing)) = w.kinds.get(&kind) else {
+        return (StatusCode::NOT_FOUND, "no such kind").into_response();
+    };
+    let limit: usize = q
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(100)
+        .clamp(1, 10_000);
+    // Every style pages by id order; they differ only in how "after" is carried.
+    let after = match style {
+        Style::Cursor => q.get("cursor"),
+        Style::Link => q.get("after"),
+        Style::Stripe => q.get("starting_after"),
+    }
+    .cloned();
+    let (items, more) = page_of(listing, after.as_deref(), limit);
+    let last = items
+        .last()
+        .and_then(|v| v.get("id"))
+        .and_then(Value::as_str)
+        .map(String::from);
+    let style = *style;
+    drop(w);
+    match style {
+        Style::Cursor => axum::Json(json!({
+            "data": items,
+            "next_cursor": if more { last.map(Value::from).unwrap_or(Value::Null) } else { Value::Null },
+        }))
+        .into_response(),
+        Style::Stripe => axum::Json(json!({"object": "list", "data": items, "has_more": more})).into_response(),
+        Style::Link => {
+            let mut r = axum::Json(json!({"data": items})).into_response();
+            if let (true, Some(last)) = (more, last) {
+                let host = headers
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("127.0.0.1");
+                let link = format!("<http://{host}/{kind}?limit={limit}&after={last}>; rel=\"next\"");
+                if let Ok(v) = HeaderValue::from_str(&link) {
+                    r.headers_mut().insert(header::LINK, v);
+                }
+            }
+            r
+        }
+    }
+}
+
+fn page_of(listing: &Listing, after: Option<&str>, limit: usize) -> (Vec<Value>, bool) {
+    match listing {
+        Listing::Stored(items) => {
+            let mut iter: Box<dyn Iterator<Item = (&String, &Item)>> =
+                match after {
+                    Some(a) => Box::new(items.range::<str, _>((
+                        std::ops::Bound::Excluded(a),
+                        std::ops::Bound::Unbounded,
+                    ))),
+                    None => Box::new(items.iter()),
+                };
+            let page: Vec<Value> = iter
+                .by_ref()
+                .take(limit)
+                .map(|(id, it)| SimSender::item_json(id, it))
+                .collect();
+            let more = iter.next().is_some();
+            (page, more)
+        }
+        Listing::Generated(g) => {
+            let start = after.and_then(Generated::index_of).map_or(0, |i| i + 1);
+            let end = (start + limit as u64).min(g.count);
+            let page = (start..end)
+                .map(|i| {
+                    json!({"id": Generated::id_of(i), "version": (g.version_of)(i), "status": "active", "amount": i % 10_000})
+                })
+                .collect();
+            (page, end < g.count)
+        }
+    }
+}
+
+async fn get_one(
+    State(world): State<Arc<Mutex<World>>>,
+    Path((kind, id)): Path<(String, String)>,
+) -> Response {
+    let mut w = lock(&world);
+    w.get_requests += 1;
+    match w.kinds.get(&kind) {
+        Some((_, Listing::Stored(items))) => match items.get(&id) {
+            Some(item) => axum::Json(SimSender::item_json(&id, item)).into_response(),
+            None => (StatusCode::NOT_FOUND, "no such item").into_response(),
+        },
+        _ => (StatusCode::NOT_FOUND, "no such kind").into_response(),
+    }
+}

@@ -8,6 +8,7 @@
 mod helpers;
 
 mod cli;
+mod process;
 mod reconcile;
 mod store;
 mod webhook_http;

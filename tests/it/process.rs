@@ -1,0 +1,252 @@
+//! The binary as a process: `reconcile` exit codes and output, a reconcile killed with
+//! SIGKILL and rerun, and `serve`'s schedule surviving a SIGSTOP / SIGCONT pause.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use webhook_reconciler::simulator::{Fault, SimSender, Style};
+
+use crate::helpers::{Backend, TestDb, eventually};
+use crate::reconcile::reconcile_config;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_webhook-reconciler"));
+    c.env_remove("WEBHOOK_RECONCILER_CONFIG")
+        .env("RUST_LOG", "warn");
+    c
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill -{sig} {pid}");
+}
+
+async fn sim_with_orders(n: usize) -> SimSender {
+    let sim = SimSender::start().await.unwrap();
+    sim.add_kind("orders", Style::Cursor);
+    sim.add_kind("refunds", Style::Cursor);
+    for i in 0..n {
+        sim.put(
+            "orders",
+            &format!("o{i:04}"),
+            1 + (i as i64 % 3),
+            json!({"status": "x"}),
+        );
+    }
+    sim
+}
+
+/// Writes the configuration and migrates its database, so the test can watch tables
+/// from the first moment of the process under test.
+fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join("config.toml");
+    std::fs::write(&p, text).unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&p)
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p
+}
+
+/// Runs `reconcile --json` off the async runtime (the simulated sender lives on it).
+async fn reconcile_json(
+    config: std::path::PathBuf,
+    extra: &'static [&'static str],
+) -> (i32, Value, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = bin()
+            .arg("--config")
+            .arg(&config)
+            .arg("reconcile")
+            .arg("--json")
+            .args(extra)
+            .output()
+            .unwrap();
+        let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (
+            out.status.code().unwrap_or(-1),
+            json,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_prints_a_summary_per_kind_and_exits_by_outcome() {
+    let db = TestDb::new(Backend::Sqlite);
+    let sim = sim_with_orders(20).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        &dir,
+        &reconcile_config(&db.url, &sim, Style::Cursor, "", ""),
+    );
+
+    let (code, json, stderr) = reconcile_json(config.clone(), &[]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let kinds: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["order", "refund"]);
+    assert_eq!(json[0]["status"], "succeeded");
+    assert_eq!(json[0]["counts"]["applied"], 20);
+
+    // The human table, off a terminal.
+    let c2 = config.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        bin()
+            .arg("--config")
+            .arg(&c2)
+            .args(["reconcile", "--kind", "order"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("KIND") && table.contains("shop/order") && table.contains("UNCHANGED"),
+        "{table}"
+    );
+
+    // A kind that cannot be listed fails the command with exit 1, naming the URL.
+    for n in 1..=20 {
+        sim.fail_list_request(sim.list_requests() + n, Fault::Status(503, None));
+    }
+    let (code, json, _) = reconcile_json(config.clone(), &["--kind", "order"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(json[0]["status"], "failed");
+    assert!(
+        json[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("/orders?limit=7"),
+        "{json}"
+    );
+
+    let (code, _, stderr) = reconcile_json(config, &["--kind", "nope"]).await;
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--kind nope"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_killed_midway_then_rerun_converges() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let db = TestDb::new(backend);
+        let sim = sim_with_orders(150).await;
+        let dir = tempfile::tempdir().unwrap();
+        // ~22 pages at 10 requests a second: slow enough to kill in the middle.
+        let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
+            .replace("requests_per_second = 1000", "requests_per_second = 10");
+        let config = write_config(&dir, &text);
+        let mut child = bin()
+            .arg("--config")
+            .arg(&config)
+            .args(["reconcile", "--kind", "order"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let midway = eventually(Duration::from_secs(20), || async {
+            db.count("resources") >= 14
+        })
+        .await;
+        assert!(midway, "{backend:?}: the first run never got going");
+        signal(child.id(), "KILL");
+        child.wait().unwrap();
+        let applied_before = db.count("resources");
+        assert!(
+            applied_before < 150,
+            "{backend:?}: killed too late to test anything"
+        );
+
+        // The dead run's lease expires (lease_ttl = 3s); until then a rerun is skipped.
+        let last = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+        let converged = eventually(Duration::from_secs(20), || {
+            let (config, last) = (config.clone(), last.clone());
+            async move {
+                let (code, json, stderr) = reconcile_json(config, &["--kind", "order"]).await;
+                assert_eq!(code, 0, "{stderr}");
+                let ok = json[0]["status"] == "succeeded";
+                *last.lock().unwrap() = json;
+                ok
+            }
+        })
+        .await;
+        let last = last.lock().unwrap().clone();
+        assert!(converged, "{backend:?}: {last}");
+        assert_eq!(
+            last[0]["resumed"], true,
+            "{backend:?}: the rerun resumes from the last committed page"
+        );
+        assert_eq!(db.count("resources"), 150);
+        assert_eq!(
+            db.count("reconcile_runs WHERE status = 'abandoned'"),
+            1,
+            "{backend:?}: the killed run is marked abandoned"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_keeps_running_after_the_process_is_paused_and_serve_stops_cleanly() {
+    let db = TestDb::new(Backend::Sqlite);
+    let sim = sim_with_orders(5).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "").replace(
+        "lease_ttl = \"3s\"",
+        "lease_ttl = \"3s\"\nevery = \"1s\"\njitter = \"0s\"",
+    );
+    let config = write_config(&dir, &text);
+    let mut child = bin()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let runs = || db.count("reconcile_runs WHERE kind = 'order' AND status = 'succeeded'");
+    assert!(
+        eventually(Duration::from_secs(15), || async { runs() >= 2 }).await,
+        "no scheduled runs"
+    );
+
+    signal(child.id(), "STOP");
+    // The pause itself is what is tested: longer than the interval, as a VM pause or
+    // an overloaded host would make it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    signal(child.id(), "CONT");
+    let after_pause = runs();
+    let resumed = eventually(Duration::from_secs(15), || async {
+        runs() >= after_pause + 3
+    })
+    .await;
+    assert!(
+        resumed,
+        "the schedule stopped after the pause ({} runs)",
+        runs()
+    );
+
+    signal(child.id(), "TERM");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "serve exits 0 on SIGTERM");
+}

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::change::{Change, Pointers};
 use crate::config::{Action, Config, KindConfig, SourceConfig};
@@ -272,6 +273,17 @@ impl Reconciler {
             version_format: kind.version_format,
             action: Action::Upsert,
         };
+        // The next page is fetched while the current one is compared and written, so
+        // the sender's latency and our database work overlap; two pages at most are in
+        // memory.
+        let fetch = |at: Option<Next>| {
+            let (sender, kind) = (sender.clone(), kind.clone());
+            AbortOnDropHandle::new(tokio::spawn(async move {
+                let url = sender.page_url(&kind, at.as_ref()).map(|u| u.to_string());
+                (url, sender.list_page(&kind, at.as_ref()).await)
+            }))
+        };
+        let mut pending = Some(fetch(at.clone()));
         loop {
             if cancel.is_cancelled() {
                 return Err(RunError::Other(format!(
@@ -282,8 +294,16 @@ impl Reconciler {
             if run_id.is_some() {
                 self.renew_lease(source, kind).await?;
             }
-            let page_url = sender.page_url(kind, at.as_ref())?.to_string();
-            let page = sender.list_page(kind, at.as_ref()).await?;
+            let Some(fetching) = pending.take() else {
+                break;
+            };
+            let (page_url, page) = fetching
+                .await
+                .map_err(|e| RunError::Other(format!("page fetch task: {e}")))?;
+            let (page_url, page) = (page_url?, page?);
+            if page.next.is_some() {
+                pending = Some(fetch(page.next.clone()));
+            }
             let changes: Vec<Change> = page
                 .items
                 .iter()

@@ -509,6 +509,7 @@ async fn a_complete_sweep_tombstones_rows_the_sender_no_longer_lists(b: Backend)
     ))
     .await;
     run(&r, "order", false).await;
+    assert!(eventually(Duration::from_secs(2), || async { db.clock_past_writes() }).await);
     sim.remove("orders", "o3");
     sim.remove("orders", "o7");
     let report = run(&r, "order", false).await;

@@ -141,6 +141,16 @@ impl TestDb {
         rows.pop().map(|o| o.outcome)
     }
 
+    /// True once the database clock has moved past every row's `updated_at` (SQLite
+    /// keeps milliseconds, so a fast test can start a sweep in the same millisecond).
+    pub fn clock_past_writes(&self) -> bool {
+        let now = match self.backend {
+            Backend::Postgres => "clock_timestamp()",
+            Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+        };
+        self.count(&format!("resources WHERE updated_at >= {now}")) == 0
+    }
+
     /// Opens a SQLite connection that holds the write lock until dropped.
     pub fn lock_sqlite(&self) -> SqliteConnection {
         let mut c = SqliteConnection::establish(self.sqlite_path()).unwrap();

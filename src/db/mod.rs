@@ -181,7 +181,10 @@ impl Db {
         let build = |size: u32| {
             Pool::builder()
                 .max_size(size)
-                .min_idle(Some(size.min(2)))
+                // No connections opened in the background: a one-shot command could
+                // exit while one is half-way through its TLS handshake, and libpq/OpenSSL
+                // do not survive being torn down under a running thread.
+                .min_idle(Some(0))
                 .connection_timeout(cfg.acquire_timeout)
                 // Checked at checkout would cost a round trip per request; broken
                 // connections are retired on error instead (see PoolConn).

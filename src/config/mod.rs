@@ -204,6 +204,17 @@ pub enum Action {
     Delete,
 }
 
+/// Incremental listing of a kind between full sweeps.
+#[derive(Debug, Clone)]
+pub struct IncrementalConfig {
+    pub param: String,
+    pub field: String,
+    /// `Rfc3339` or `Unix`.
+    pub format: VersionFormat,
+    pub overlap: Duration,
+    pub full_every: Duration,
+}
+
 /// JSON pointers into one webhook event type's envelope.
 #[derive(Debug, Clone)]
 pub struct EventMapping {
@@ -232,6 +243,7 @@ pub struct KindConfig {
     pub state: String,
     pub get: Option<String>,
     pub detect_deletes: bool,
+    pub incremental: Option<IncrementalConfig>,
     /// Event type -> mapping.
     pub events: BTreeMap<String, EventMapping>,
 }
@@ -847,7 +859,73 @@ fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> Ki
         state: c.pointer(&key("state"), raw.state.as_deref().unwrap_or("")),
         get: raw.get.clone(),
         detect_deletes: raw.detect_deletes,
+        incremental: raw
+            .incremental
+            .as_ref()
+            .map(|i| validate_incremental(c, &base, i, raw, version_format)),
         events,
+    }
+}
+
+fn validate_incremental(
+    c: &mut Checker,
+    base: &str,
+    raw: &raw::RawIncremental,
+    kind: &RawKind,
+    version_format: VersionFormat,
+) -> IncrementalConfig {
+    let key = |k: &str| format!("{base}.incremental.{k}");
+    let version_is_time = version_format != VersionFormat::Integer && kind.version.is_some();
+    let field = match (&raw.field, version_is_time) {
+        (Some(f), _) => c.pointer(&key("field"), f),
+        (None, true) => kind.version.clone().unwrap_or_default(),
+        (None, false) => {
+            c.fail(
+                key("field"),
+                "the kind's version is not a timestamp; say which item field holds the last-modified time, e.g. field = \"/updated_at\"",
+            );
+            String::new()
+        }
+    };
+    let format = match raw.format.as_deref() {
+        Some("rfc3339") => VersionFormat::Rfc3339,
+        Some("unix") => VersionFormat::Unix,
+        Some(other) => {
+            c.fail(
+                key("format"),
+                format!("{other:?} is not a timestamp format; use rfc3339 or unix"),
+            );
+            VersionFormat::Rfc3339
+        }
+        None if version_is_time && raw.field.is_none() => version_format,
+        None => VersionFormat::Rfc3339,
+    };
+    if raw.param.is_empty() {
+        c.fail(
+            key("param"),
+            "name the list endpoint's query parameter, e.g. \"updated_since\"",
+        );
+    }
+    if kind.list.is_none() {
+        c.fail(
+            key("param"),
+            "incremental listing needs the kind's `list` endpoint",
+        );
+    }
+    IncrementalConfig {
+        param: raw.param.clone(),
+        field,
+        format,
+        overlap: c.opt_duration(
+            &key("overlap"),
+            raw.overlap.as_deref(),
+            Duration::from_secs(300),
+        ),
+        full_every: c.opt_duration(
+            &key("full_every"),
+            raw.full_every.as_deref(),
+            Duration::from_secs(86_400),
+        ),
     }
 }
 

@@ -185,6 +185,7 @@ pub struct RawKind {
     pub get: Option<String>,
     #[serde(default)]
     pub detect_deletes: bool,
+    pub incremental: Option<RawIncremental>,
     #[serde(default)]
     pub events: BTreeMap<String, RawEvent>,
 }
@@ -196,4 +197,24 @@ pub struct RawEvent {
     pub version: Option<String>,
     pub state: Option<String>,
     pub action: Option<String>,
+}
+
+/// Incremental reconciliation of a kind: list only what changed since a watermark.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIncremental {
+    /// Query parameter the list endpoint filters by, e.g. `updated_since`.
+    pub param: String,
+    /// Pointer to an item's last-modified time (default: the kind's version, when the
+    /// version is a timestamp).
+    pub field: Option<String>,
+    /// `rfc3339` or `unix`: how `field` is read and `param` written (default: the
+    /// kind's version_format when that is a timestamp).
+    pub format: Option<String>,
+    /// How far before the watermark each run starts again (sender clock skew, late
+    /// commits); default 5m.
+    pub overlap: Option<String>,
+    /// A full sweep at least this often (catches what an incremental listing cannot,
+    /// and detects deletions); default 24h.
+    pub full_every: Option<String>,
 }

@@ -496,16 +496,14 @@ pub fn start_run(
     mode: &str,
 ) -> diesel::QueryResult<i64> {
     let b = conn.backend();
-    if mode == "full" {
-        let sql = format!(
-            "UPDATE reconcile_runs SET status = 'abandoned', finished_at = {}, error = 'the process running it stopped before it finished' \
-             WHERE source = {} AND kind = {} AND status = 'running' AND mode = 'full'",
-            now(b),
-            placeholder(b, 1),
-            placeholder(b, 2)
-        );
-        on_conn!(conn, c => sql_query(sql).bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
-    }
+    let sql = format!(
+        "UPDATE reconcile_runs SET status = 'abandoned', finished_at = {}, error = 'the process running it stopped before it finished' \
+         WHERE source = {} AND kind = {} AND status = 'running'",
+        now(b),
+        placeholder(b, 1),
+        placeholder(b, 2)
+    );
+    on_conn!(conn, c => sql_query(sql).bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
     let sql = format!(
         "INSERT INTO reconcile_runs (source, kind, mode, status) VALUES ({}, {}, {}, 'running') RETURNING id",
         placeholder(b, 1),
@@ -756,5 +754,76 @@ pub fn set_checkpoint(
             on_conn!(conn, c => sql_query(sql).bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
         }
     }
+    Ok(())
+}
+
+/// Incremental state of a kind: the watermark, and whether a full sweep is due
+/// (none yet, or the last began more than `full_every_secs` ago).
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct SweepState {
+    #[diesel(sql_type = Nullable<BigInt>)]
+    pub watermark: Option<i64>,
+    #[diesel(sql_type = Bool)]
+    pub full_due: bool,
+}
+
+pub fn sweep_state(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    full_every_secs: f64,
+) -> diesel::QueryResult<SweepState> {
+    let sql = match conn.backend() {
+        Backend::Postgres => {
+            "SELECT watermark, (last_full_at IS NULL OR last_full_at < now() - make_interval(secs => $3)) AS full_due FROM reconcile_state WHERE source = $1 AND kind = $2"
+        }
+        Backend::Sqlite => {
+            "SELECT watermark, (last_full_at IS NULL OR last_full_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ?3 || ' seconds')) AS full_due FROM reconcile_state WHERE source = ?1 AND kind = ?2"
+        }
+    };
+    let mut rows: Vec<SweepState> = on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<diesel::sql_types::Double, _>(full_every_secs)
+        .load(c))?;
+    Ok(rows.pop().unwrap_or(SweepState {
+        watermark: None,
+        full_due: true,
+    }))
+}
+
+/// Raises the watermark (never lowers it) and, after a complete full sweep, records
+/// when that sweep began.
+pub fn save_sweep_state(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    watermark: Option<i64>,
+    full_sweep_started: Option<&str>,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let cast = if b == Backend::Postgres {
+        "::timestamptz"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "INSERT INTO reconcile_state (source, kind, watermark, last_full_at) VALUES ({}, {}, {}, {}{cast}) \
+         ON CONFLICT (source, kind) DO UPDATE SET \
+         watermark = CASE WHEN reconcile_state.watermark IS NULL OR excluded.watermark > reconcile_state.watermark \
+                          THEN COALESCE(excluded.watermark, reconcile_state.watermark) ELSE reconcile_state.watermark END, \
+         last_full_at = COALESCE(excluded.last_full_at, reconcile_state.last_full_at)",
+        p(1),
+        p(2),
+        p(3),
+        p(4)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Nullable<BigInt>, _>(watermark)
+        .bind::<Nullable<Text>, _>(full_sweep_started)
+        .execute(c))?;
     Ok(())
 }

@@ -56,12 +56,53 @@ pub struct KindReport {
     #[serde(flatten)]
     pub status: RunStatus,
     pub dry_run: bool,
+    pub mode: Mode,
     pub resumed: bool,
     pub counts: RunCounts,
     pub seconds: f64,
     /// Dry run: the first ids that would be written.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_change: Vec<String>,
+}
+
+/// What a run lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Everything.
+    Full,
+    /// What changed since the watermark.
+    Incremental,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Full => "full",
+            Mode::Incremental => "incremental",
+        }
+    }
+}
+
+/// Where a run starts.
+struct Plan {
+    mode: Mode,
+    at: Option<Next>,
+    /// The database's clock when the sweep began (of the original run, if resumed).
+    sweep_started: String,
+    resumed: bool,
+    /// Incremental: the filter value.
+    since: Option<String>,
+}
+
+/// An incremental run's filter value: `micros` as the sender's timestamp format.
+fn format_since(micros: i64, format: crate::config::VersionFormat) -> String {
+    match format {
+        crate::config::VersionFormat::Unix => (micros.div_euclid(1_000_000)).to_string(),
+        _ => chrono::DateTime::from_timestamp_micros(micros)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+            .unwrap_or_default(),
+    }
 }
 
 /// Options of one run.
@@ -144,14 +185,20 @@ impl Reconciler {
             kind: kind.name.clone(),
             status: RunStatus::Succeeded,
             dry_run: opts.dry_run,
+            mode: Mode::Full,
             resumed: false,
             counts: RunCounts::default(),
             seconds: 0.0,
             would_change: Vec::new(),
         };
         let result = if opts.dry_run {
-            self.sweep(source, kind, None, &mut report, cancel, progress)
-                .await
+            match self.plan(source, kind, true).await {
+                Ok(plan) => {
+                    self.sweep(source, kind, plan, None, &mut report, cancel, progress)
+                        .await
+                }
+                Err(e) => Err(e),
+            }
         } else {
             self.leased_run(source, kind, &mut report, cancel, progress)
                 .await
@@ -200,31 +247,51 @@ impl Reconciler {
             };
             return Ok(());
         }
-        let (s, k) = (source.name.clone(), kind.name.clone());
+        let result = self
+            .planned_run(source, kind, report, cancel, progress)
+            .await;
+        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
+        // Best effort: if the database is gone the lease expires by itself.
+        if let Err(e) = self
+            .store
+            .db()
+            .write(move |c| sql::release_lease(c, &s, &k, &me))
+            .await
+        {
+            tracing::warn!(error = %e, "could not release the reconcile lease");
+        }
+        result
+    }
+
+    async fn planned_run(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        report: &mut KindReport,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(&RunCounts) + Send + Sync),
+    ) -> Result<(), RunError> {
+        let plan = self.plan(source, kind, false).await?;
+        let (s, k, mode) = (source.name.clone(), kind.name.clone(), plan.mode.as_str());
         let run_id = self
             .store
             .db()
-            .write(move |c| sql::start_run(c, &s, &k, "full"))
+            .write(move |c| sql::start_run(c, &s, &k, mode))
             .await?;
         let result = self
-            .sweep(source, kind, Some(run_id), report, cancel, progress)
+            .sweep(source, kind, plan, Some(run_id), report, cancel, progress)
             .await;
         let (status, error) = match &result {
             Ok(()) => ("succeeded", None),
             Err(e) => ("failed", Some(e.to_string())),
         };
         let counts = report.counts;
-        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
-        // Recording the end and releasing the lease are best effort: if the database is
-        // gone, the run stays `running` (marked abandoned by the next run) and the lease
-        // expires by itself.
+        // Best effort: if the database is gone, the run stays `running` and the next
+        // run of the kind marks it abandoned.
         let end = self
             .store
             .db()
-            .write(move |c| {
-                sql::update_run(c, run_id, status, &counts, error.as_deref())?;
-                sql::release_lease(c, &s, &k, &me)
-            })
+            .write(move |c| sql::update_run(c, run_id, status, &counts, error.as_deref()))
             .await;
         if let Err(e) = end {
             tracing::warn!(error = %e, "could not record the end of the reconcile run");
@@ -234,10 +301,76 @@ impl Reconciler {
 
     /// Pages through the listing; `run_id` is `None` for a dry run (which writes
     /// nothing, not even its run).
+    /// Decides what this run lists: a full sweep (resumed from a checkpoint when one
+    /// is left), or, for an incremental kind whose full sweep is not due, what changed
+    /// since the watermark minus the overlap.
+    async fn plan(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        dry_run: bool,
+    ) -> Result<Plan, RunError> {
+        let (s, k) = (source.name.clone(), kind.name.clone());
+        let full_every = kind
+            .incremental
+            .as_ref()
+            .map_or(0.0, |i| i.full_every.as_secs_f64());
+        let (checkpoint, state, now) = self
+            .store
+            .db()
+            .read(move |c| {
+                Ok((
+                    sql::checkpoint(c, &s, &k)?,
+                    sql::sweep_state(c, &s, &k, full_every)?,
+                    sql::db_now(c)?,
+                ))
+            })
+            .await?;
+        if let (Some(inc), false, Some(watermark)) =
+            (&kind.incremental, state.full_due, state.watermark)
+        {
+            let overlap = i64::try_from(inc.overlap.as_micros()).unwrap_or(i64::MAX);
+            return Ok(Plan {
+                mode: Mode::Incremental,
+                at: None,
+                sweep_started: now,
+                resumed: false,
+                since: Some(format_since(watermark.saturating_sub(overlap), inc.format)),
+            });
+        }
+        // Resume an unfinished sweep where it stopped; its start still bounds deletion
+        // detection, but a resumed sweep did not see the earlier pages, so it detects
+        // no deletions. A dry run always starts from the beginning.
+        let resume = checkpoint
+            .as_ref()
+            .and_then(|c| Next::decode(&c.position).map(|n| (n, c.sweep_started_at.clone())))
+            .filter(|_| !dry_run);
+        Ok(match resume {
+            Some((next, started)) => Plan {
+                mode: Mode::Full,
+                at: Some(next),
+                sweep_started: started,
+                resumed: true,
+                since: None,
+            },
+            None => Plan {
+                mode: Mode::Full,
+                at: None,
+                sweep_started: now,
+                resumed: false,
+                since: None,
+            },
+        })
+    }
+
+    /// Pages through the listing as planned; `run_id` is `None` for a dry run (which
+    /// writes nothing, not even its run).
+    #[allow(clippy::too_many_arguments)] // the run's context, passed down once
     async fn sweep(
         &self,
         source: &SourceConfig,
         kind: &KindConfig,
+        plan: Plan,
         run_id: Option<i64>,
         report: &mut KindReport,
         cancel: &CancellationToken,
@@ -247,25 +380,18 @@ impl Reconciler {
             .sender(&source.name)
             .ok_or_else(|| RunError::Other(format!("no sender for source {}", source.name)))?;
         let db = self.store.db().clone();
-        let (s, k) = (source.name.clone(), kind.name.clone());
-        let (checkpoint, now) = db
-            .read(move |c| Ok((sql::checkpoint(c, &s, &k)?, sql::db_now(c)?)))
-            .await?;
-        // Resume an unfinished sweep where it stopped; its start still bounds deletion
-        // detection, but a resumed sweep did not see the earlier pages, so it detects
-        // no deletions.
-        let (mut at, sweep_started) = match checkpoint
-            .as_ref()
-            .and_then(|c| Next::decode(&c.position).map(|n| (n, c.sweep_started_at.clone())))
-        {
-            Some((next, started)) if run_id.is_some() => {
-                report.resumed = true;
-                (Some(next), started)
-            }
-            _ => (None, now),
-        };
-        let detect = kind.detect_deletes && !report.resumed && run_id.is_some();
+        let Plan {
+            mode,
+            mut at,
+            sweep_started,
+            resumed,
+            since,
+        } = plan;
+        report.resumed = resumed;
+        report.mode = mode;
+        let detect = kind.detect_deletes && mode == Mode::Full && !resumed && run_id.is_some();
         let mut seen = SeenIds::default();
+        let mut watermark: Option<i64> = None;
         let pointers = Pointers {
             id: &kind.id,
             version: kind.version.as_deref(),
@@ -273,14 +399,21 @@ impl Reconciler {
             version_format: kind.version_format,
             action: Action::Upsert,
         };
+        let filter: Option<(String, String)> = match (&kind.incremental, since) {
+            (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
+            _ => None,
+        };
         // The next page is fetched while the current one is compared and written, so
         // the sender's latency and our database work overlap; two pages at most are in
         // memory.
         let fetch = |at: Option<Next>| {
-            let (sender, kind) = (sender.clone(), kind.clone());
+            let (sender, kind, filter) = (sender.clone(), kind.clone(), filter.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
-                let url = sender.page_url(&kind, at.as_ref()).map(|u| u.to_string());
-                (url, sender.list_page(&kind, at.as_ref()).await)
+                let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
+                let url = sender
+                    .page_url(&kind, at.as_ref(), f)
+                    .map(|u| u.to_string());
+                (url, sender.list_page(&kind, at.as_ref(), f).await)
             }))
         };
         let mut pending = Some(fetch(at.clone()));
@@ -304,19 +437,25 @@ impl Reconciler {
             if page.next.is_some() {
                 pending = Some(fetch(page.next.clone()));
             }
-            let changes: Vec<Change> = page
-                .items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    pointers.read(item, &source.name, &kind.name).map_err(|e| {
-                        RunError::Sender(SenderError::BadPage {
-                            url: page_url.clone(),
-                            reason: format!("item {i}: {e}"),
-                        })
-                    })
+            let bad = |i: usize, e: crate::change::ExtractError| {
+                RunError::Sender(SenderError::BadPage {
+                    url: page_url.clone(),
+                    reason: format!("item {i}: {e}"),
                 })
-                .collect::<Result<_, _>>()?;
+            };
+            let mut changes: Vec<Change> = Vec::with_capacity(page.items.len());
+            for (i, item) in page.items.iter().enumerate() {
+                changes.push(
+                    pointers
+                        .read(item, &source.name, &kind.name)
+                        .map_err(|e| bad(i, e))?,
+                );
+                if let Some(inc) = &kind.incremental {
+                    let t = crate::change::read_version(item, &inc.field, inc.format)
+                        .map_err(|e| bad(i, e))?;
+                    watermark = Some(watermark.map_or(t, |w| w.max(t)));
+                }
+            }
             drop(page.items);
             if detect {
                 for c in &changes {
@@ -330,7 +469,9 @@ impl Reconciler {
             at = page.next;
             if let Some(run_id) = run_id {
                 let (s, k, counts) = (source.name.clone(), kind.name.clone(), report.counts);
-                let position = at.as_ref().map(Next::encode);
+                // Only full sweeps are worth resuming; an incremental run restarts from
+                // its watermark.
+                let position = at.as_ref().filter(|_| mode == Mode::Full).map(Next::encode);
                 let started = sweep_started.clone();
                 db.write(move |c| {
                     sql::set_checkpoint(
@@ -351,6 +492,12 @@ impl Reconciler {
             report.counts.tombstoned = self
                 .detect_deletes(source, kind, &seen, &sweep_started)
                 .await? as i64;
+        }
+        if run_id.is_some() && kind.incremental.is_some() {
+            let (s, k) = (source.name.clone(), kind.name.clone());
+            let full_started = (mode == Mode::Full).then_some(sweep_started);
+            db.write(move |c| sql::save_sweep_state(c, &s, &k, watermark, full_started.as_deref()))
+                .await?;
         }
         Ok(())
     }

@@ -115,8 +115,14 @@ impl Sender {
         Url::parse(&text).map_err(|e| SenderError::BadUrl(format!("{text:?} is not a URL: {e}")))
     }
 
-    /// The URL of the page at `at` (the first page without it).
-    pub fn page_url(&self, kind: &KindConfig, at: Option<&Next>) -> Result<Url, SenderError> {
+    /// The URL of the page at `at` (the first page without it), with `filter` (an
+    /// incremental run's `param=value`) on every page but those the sender links to.
+    pub fn page_url(
+        &self,
+        kind: &KindConfig,
+        at: Option<&Next>,
+        filter: Option<(&str, &str)>,
+    ) -> Result<Url, SenderError> {
         if let Some(Next::Url(u)) = at {
             return Url::parse(u).map_err(|e| SenderError::BadUrl(format!("next link {u:?}: {e}")));
         }
@@ -127,6 +133,9 @@ impl Sender {
         {
             let mut q = url.query_pairs_mut();
             q.append_pair(&kind.limit_param, &self.page_size.to_string());
+            if let Some((param, value)) = filter {
+                q.append_pair(param, value);
+            }
             match at {
                 Some(Next::Cursor(c)) => {
                     q.append_pair(&kind.cursor_param, c);
@@ -145,8 +154,9 @@ impl Sender {
         &self,
         kind: &KindConfig,
         at: Option<&Next>,
+        filter: Option<(&str, &str)>,
     ) -> Result<Page, SenderError> {
-        let url = self.page_url(kind, at)?;
+        let url = self.page_url(kind, at, filter)?;
         let (body, link) = self.get(&url).await?.ok_or_else(|| SenderError::Refused {
             url: url.to_string(),
             reason: "404 Not Found: check the kind's list path".into(),

@@ -228,7 +228,10 @@ async fn list(
         Style::Stripe => q.get("starting_after"),
     }
     .cloned();
-    let (items, more) = page_of(listing, after.as_deref(), limit);
+    let since = q
+        .get("updated_since")
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok());
+    let (items, more) = page_of(listing, after.as_deref(), limit, since);
     let last = items
         .last()
         .and_then(|v| v.get("id"))
@@ -260,10 +263,23 @@ async fn list(
     }
 }
 
-fn page_of(listing: &Listing, after: Option<&str>, limit: usize) -> (Vec<Value>, bool) {
+/// An item's `updated_at` field, for `?updated_since=` filtering.
+fn updated_at(item: &Item) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    item.fields
+        .get("updated_at")
+        .and_then(Value::as_str)
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+}
+
+fn page_of(
+    listing: &Listing,
+    after: Option<&str>,
+    limit: usize,
+    since: Option<chrono::DateTime<chrono::FixedOffset>>,
+) -> (Vec<Value>, bool) {
     match listing {
         Listing::Stored(items) => {
-            let mut iter: Box<dyn Iterator<Item = (&String, &Item)>> =
+            let iter: Box<dyn Iterator<Item = (&String, &Item)>> =
                 match after {
                     Some(a) => Box::new(items.range::<str, _>((
                         std::ops::Bound::Excluded(a),
@@ -271,6 +287,10 @@ fn page_of(listing: &Listing, after: Option<&str>, limit: usize) -> (Vec<Value>,
                     ))),
                     None => Box::new(items.iter()),
                 };
+            let mut iter = iter.filter(|(_, it)| match since {
+                Some(since) => updated_at(it).is_some_and(|u| u >= since),
+                None => true,
+            });
             let page: Vec<Value> = iter
                 .by_ref()
                 .take(limit)

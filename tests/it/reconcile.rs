@@ -155,6 +155,7 @@ both_backends!(
     two_concurrent_reconciles_of_one_kind_run_once_and_report_the_lease,
     a_same_second_conflict_is_resolved_from_the_senders_current_state,
     a_complete_sweep_tombstones_rows_the_sender_no_longer_lists,
+    incremental_runs_list_only_what_changed_since_the_watermark_between_full_sweeps,
 );
 
 async fn reconcile_converges_after_partial_duplicated_reordered_webhooks_and_a_second_run_applies_nothing(
@@ -522,4 +523,79 @@ async fn a_complete_sweep_tombstones_rows_the_sender_no_longer_lists(b: Backend)
         );
     }
     assert_eq!(db.count("resources WHERE NOT deleted"), 8);
+}
+
+async fn incremental_runs_list_only_what_changed_since_the_watermark_between_full_sweeps(
+    b: Backend,
+) {
+    let db = TestDb::new(b);
+    let sim = sim_with(Style::Cursor).await;
+    let at = |day: u32, hour: u32| format!("2026-01-{day:02}T{hour:02}:00:00Z");
+    for h in 0..24 {
+        sim.put(
+            "orders",
+            &format!("o{h:02}"),
+            1,
+            json!({"status": "new", "updated_at": at(1, h)}),
+        );
+    }
+    let incremental = "[sources.shop.kinds.order.incremental]\nparam = \"updated_since\"\nfield = \"/updated_at\"\noverlap = \"1m\"\nfull_every = \"24h\"";
+    let config = reconcile_config(&db.url, &sim, Style::Cursor, "", "") + incremental;
+    let r = reconciler_for(&config).await;
+
+    let first = run(&r, "order", false).await;
+    assert_eq!(
+        (first.mode, first.counts.scanned),
+        (webhook_reconciler::reconcile::Mode::Full, 24),
+        "no watermark yet: a full sweep"
+    );
+
+    // Two orders change and one appears, all later than the watermark (01-01 23:00).
+    sim.put(
+        "orders",
+        "o03",
+        2,
+        json!({"status": "paid", "updated_at": at(2, 8)}),
+    );
+    sim.put(
+        "orders",
+        "o07",
+        2,
+        json!({"status": "paid", "updated_at": at(2, 9)}),
+    );
+    sim.put(
+        "orders",
+        "o99",
+        1,
+        json!({"status": "new", "updated_at": at(2, 10)}),
+    );
+    let second = run(&r, "order", false).await;
+    assert_eq!(
+        second.mode,
+        webhook_reconciler::reconcile::Mode::Incremental,
+        "{second:?}"
+    );
+    // The three changes, plus o23, inside the 1m overlap before the watermark.
+    assert_eq!(
+        (second.counts.scanned, second.counts.applied),
+        (4, 3),
+        "{second:?}"
+    );
+    assert_converged(&db, &sim, "orders", "order");
+
+    // Once the last full sweep is older than full_every, the next run is full again.
+    let old = match b {
+        Backend::Postgres => "now() - interval '2 days'",
+        Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-2 days')",
+    };
+    assert_eq!(
+        db.count("reconcile_state WHERE last_full_at IS NOT NULL"),
+        1
+    );
+    db.execute(&format!("UPDATE reconcile_state SET last_full_at = {old}"));
+    let third = run(&r, "order", false).await;
+    assert_eq!(
+        (third.mode, third.counts.scanned),
+        (webhook_reconciler::reconcile::Mode::Full, 25)
+    );
 }

@@ -5,7 +5,7 @@ CREATE TABLE reconcile_runs (
     id            BIGSERIAL   PRIMARY KEY,
     source        TEXT        NOT NULL,
     kind          TEXT        NOT NULL,
-    mode          TEXT        NOT NULL CHECK (mode IN ('full', 'dry-run')),
+    mode          TEXT        NOT NULL CHECK (mode IN ('full', 'incremental')),
     status        TEXT        NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'abandoned')),
     started_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
     finished_at   TIMESTAMPTZ,
@@ -41,5 +41,15 @@ CREATE TABLE reconcile_checkpoints (
     position   TEXT        NOT NULL,
     sweep_started_at TIMESTAMPTZ NOT NULL,
     updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (source, kind)
+);
+
+-- Incremental listing: the highest last-modified time seen (microseconds since the
+-- epoch, the sender's clock) and when the last complete full sweep began.
+CREATE TABLE reconcile_state (
+    source       TEXT        NOT NULL,
+    kind         TEXT        NOT NULL,
+    watermark    BIGINT,
+    last_full_at TIMESTAMPTZ,
     PRIMARY KEY (source, kind)
 );

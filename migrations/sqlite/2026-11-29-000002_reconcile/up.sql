@@ -3,7 +3,7 @@ CREATE TABLE reconcile_runs (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
     source        TEXT    NOT NULL,
     kind          TEXT    NOT NULL,
-    mode          TEXT    NOT NULL CHECK (mode IN ('full', 'dry-run')),
+    mode          TEXT    NOT NULL CHECK (mode IN ('full', 'incremental')),
     status        TEXT    NOT NULL CHECK (status IN ('running', 'succeeded', 'failed', 'abandoned')),
     started_at    TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
     finished_at   TEXT,
@@ -35,5 +35,13 @@ CREATE TABLE reconcile_checkpoints (
     position   TEXT NOT NULL,
     sweep_started_at TEXT NOT NULL,
     updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    PRIMARY KEY (source, kind)
+) WITHOUT ROWID;
+
+CREATE TABLE reconcile_state (
+    source       TEXT    NOT NULL,
+    kind         TEXT    NOT NULL,
+    watermark    INTEGER,
+    last_full_at TEXT,
     PRIMARY KEY (source, kind)
 ) WITHOUT ROWID;

@@ -141,6 +141,20 @@ impl TestDb {
         rows.pop().map(|o| o.outcome)
     }
 
+    /// Runs a statement (test setup: backdating rows and the like).
+    pub fn execute(&self, sql: &str) {
+        match self.backend {
+            Backend::Postgres => PgConnection::establish(&self.url)
+                .unwrap()
+                .batch_execute(sql)
+                .unwrap(),
+            Backend::Sqlite => SqliteConnection::establish(self.sqlite_path())
+                .unwrap()
+                .batch_execute(sql)
+                .unwrap(),
+        }
+    }
+
     /// True once the database clock has moved past every row's `updated_at` (SQLite
     /// keeps milliseconds, so a fast test can start a sweep in the same millisecond).
     pub fn clock_past_writes(&self) -> bool {

@@ -32,6 +32,7 @@ pub struct Application {
     db: Db,
     reconciler: Reconciler,
     conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
+    config: Arc<Config>,
 }
 
 impl Application {
@@ -68,18 +69,21 @@ impl Application {
         let listener = TcpListener::bind(config.http.listen)
             .await
             .with_context(|| format!("cannot listen on {} (http.listen)", config.http.listen))?;
+        let config = Arc::new(config);
+        crate::observability::install();
         let router = router(HttpState {
             receivers,
             db: db.clone(),
-            max_body: config.http.max_body,
+            config: config.clone(),
         });
-        let reconciler = Reconciler::new(Arc::new(config), store)?;
+        let reconciler = Reconciler::new(config.clone(), store)?;
         Ok(Self {
             listener,
             router,
             db,
             reconciler,
             conflicts,
+            config,
         })
     }
 
@@ -111,7 +115,19 @@ impl Application {
             self.conflicts,
             cancel.clone(),
         ));
+        tracker.spawn(prune_loop(
+            self.db.clone(),
+            self.config.clone(),
+            cancel.clone(),
+        ));
+        tracker.spawn(crate::systemd::watchdog(listen, cancel.clone()));
+        tracker.spawn(crate::systemd::status_line(
+            self.db.clone(),
+            self.config.clone(),
+            cancel.clone(),
+        ));
         tracing::info!(%listen, "serving");
+        crate::systemd::ready(&format!("serving on {listen}"));
         let stop = cancel.clone();
         let served = axum::serve(self.listener, self.router)
             .with_graceful_shutdown(async move {
@@ -121,6 +137,7 @@ impl Application {
             .await
             .context("HTTP server");
         cancel.cancel();
+        crate::systemd::stopping();
         if let Some(s) = scheduler.as_mut() {
             if let Err(e) = s.shutdown().await {
                 tracing::warn!(error = %e, "scheduler shutdown");
@@ -136,6 +153,31 @@ impl Application {
             );
         }
         served
+    }
+}
+
+/// Retention under `serve`: a first pass soon after start (so a restart loop still
+/// prunes), then every `retention.every`.
+async fn prune_loop(db: Db, config: Arc<Config>, cancel: CancellationToken) {
+    let every = config.retention.every;
+    let first = every.min(Duration::from_secs(60));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match crate::store::retention::prune(&db, &config, &cancel).await {
+            Ok(r) => tracing::info!(
+                processed_events = r.processed_events,
+                reconcile_runs = r.reconcile_runs,
+                dead_letters = r.dead_letters,
+                seconds = r.seconds,
+                "retention pass done"
+            ),
+            Err(e) => tracing::warn!(error = %e, "retention pass failed; the next one retries"),
+        }
     }
 }
 

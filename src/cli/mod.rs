@@ -2,6 +2,7 @@
 //! code. `main` only calls [`run`].
 
 mod reconcile;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,14 @@ pub enum Command {
     Migrate,
     /// Validate the configuration (and that every secret resolves) without side effects.
     CheckConfig,
+    /// Delete processed event ids, old reconcile runs and dead letters past retention.
+    Prune,
+    /// Recent reconcile runs, drift, age of the last success, dead letters, last prune.
+    Status {
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Reconcile now, once: page through the senders' listings and repair what differs.
     Reconcile {
         /// Only this source.
@@ -68,6 +77,10 @@ pub async fn run(cli: Cli) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
+        Command::Prune => status::prune(&config).await.map(|()| ExitCode::SUCCESS),
+        Command::Status { json } => status::status(&config, json)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         Command::Serve => serve(config).await.map(|()| ExitCode::SUCCESS),
         Command::Reconcile {
             source,

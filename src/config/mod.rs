@@ -108,6 +108,9 @@ pub struct HttpConfig {
 #[derive(Debug, Clone)]
 pub struct RetentionConfig {
     pub every: Duration,
+    pub batch: u32,
+    pub reconcile_runs: Duration,
+    pub dead_letters: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,10 +458,20 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             1 << 20
         }
     };
+    if raw.retention.batch == 0 || raw.retention.batch > 100_000 {
+        c.fail("retention.batch", "use 1 to 100000 rows per batch");
+    }
     let retention = RetentionConfig {
         every: c
             .duration("retention.every", &raw.retention.every)
             .unwrap_or(Duration::from_secs(3600)),
+        batch: raw.retention.batch.clamp(1, 100_000),
+        reconcile_runs: c
+            .duration("retention.reconcile_runs", &raw.retention.reconcile_runs)
+            .unwrap_or(Duration::from_secs(30 * 86_400)),
+        dead_letters: c
+            .duration("retention.dead_letters", &raw.retention.dead_letters)
+            .unwrap_or(Duration::from_secs(30 * 86_400)),
     };
     let format = match raw.log.format.as_str() {
         "auto" => LogFormat::Auto,

@@ -64,11 +64,22 @@ impl Default for RawHttp {
 #[serde(deny_unknown_fields, default)]
 pub struct RawRetention {
     pub every: String,
+    /// Rows deleted per statement (each batch is its own short transaction).
+    pub batch: u32,
+    /// Finished reconcile runs are kept this long.
+    pub reconcile_runs: String,
+    /// Dead letters are kept this long after their last delivery.
+    pub dead_letters: String,
 }
 
 impl Default for RawRetention {
     fn default() -> Self {
-        Self { every: "1h".into() }
+        Self {
+            every: "1h".into(),
+            batch: 5000,
+            reconcile_runs: "30d".into(),
+            dead_letters: "30d".into(),
+        }
     }
 }
 

@@ -215,6 +215,18 @@ impl Db {
         self.backend
     }
 
+    /// Connections of each pool (for metrics): `writer` and `reader` (one pool, both
+    /// names, on PostgreSQL).
+    pub fn pool_states(&self) -> Vec<(&'static str, diesel::r2d2::State)> {
+        match self.backend {
+            Backend::Postgres => vec![("main", self.writer.state())],
+            Backend::Sqlite => vec![
+                ("writer", self.writer.state()),
+                ("reader", self.reader.state()),
+            ],
+        }
+    }
+
     /// Runs `f` in one write transaction on a blocking thread.
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
     where

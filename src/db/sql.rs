@@ -827,3 +827,246 @@ pub fn save_sweep_state(
         .execute(c))?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------
+// Retention.
+// ---------------------------------------------------------------------------------------
+
+fn minus_seconds(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Postgres => format!("now() - make_interval(secs => {})", placeholder(backend, n)),
+        Backend::Sqlite => format!(
+            "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || {} || ' seconds')",
+            placeholder(backend, n)
+        ),
+    }
+}
+
+/// Deletes at most `limit` processed event ids of `source` older than `age_secs`,
+/// walking the `processed_at` index; returns how many.
+pub fn prune_events(
+    conn: &mut Conn,
+    source: &str,
+    age_secs: f64,
+    limit: i64,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let sql = format!(
+        "DELETE FROM processed_events WHERE (source, event_id) IN (\
+         SELECT source, event_id FROM processed_events WHERE processed_at < {} AND source = {} LIMIT {})",
+        minus_seconds(b, 1),
+        placeholder(b, 2),
+        placeholder(b, 3)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<diesel::sql_types::Double, _>(age_secs)
+        .bind::<Text, _>(source)
+        .bind::<BigInt, _>(limit)
+        .execute(c))
+}
+
+/// Deletes at most `limit` finished reconcile runs (and prune runs) older than `age_secs`.
+pub fn prune_runs(conn: &mut Conn, age_secs: f64, limit: i64) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let mut n = 0;
+    for table in ["reconcile_runs", "prune_runs"] {
+        let sql = format!(
+            "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE started_at < {} AND finished_at IS NOT NULL LIMIT {})",
+            minus_seconds(b, 1),
+            placeholder(b, 2)
+        );
+        n += on_conn!(conn, c => sql_query(sql)
+            .bind::<diesel::sql_types::Double, _>(age_secs)
+            .bind::<BigInt, _>(limit)
+            .execute(c))?;
+    }
+    Ok(n)
+}
+
+/// Deletes at most `limit` dead letters last seen more than `age_secs` ago.
+pub fn prune_dead_letters(
+    conn: &mut Conn,
+    age_secs: f64,
+    limit: i64,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let sql = format!(
+        "DELETE FROM dead_letters WHERE (source, event_id) IN (\
+         SELECT source, event_id FROM dead_letters WHERE last_seen_at < {} LIMIT {})",
+        minus_seconds(b, 1),
+        placeholder(b, 2)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<diesel::sql_types::Double, _>(age_secs)
+        .bind::<BigInt, _>(limit)
+        .execute(c))
+}
+
+/// Records a retention pass; returns its id.
+pub fn start_prune(conn: &mut Conn) -> diesel::QueryResult<i64> {
+    let r: RunId = on_conn!(conn, c => sql_query("INSERT INTO prune_runs (processed_events) VALUES (0) RETURNING id").get_result(c))?;
+    Ok(r.id)
+}
+
+pub fn finish_prune(
+    conn: &mut Conn,
+    id: i64,
+    events: i64,
+    runs: i64,
+    dead: i64,
+    error: Option<&str>,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let sql = format!(
+        "UPDATE prune_runs SET finished_at = {}, processed_events = {}, reconcile_runs = {}, dead_letters = {}, error = {} WHERE id = {}",
+        now(b),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<BigInt, _>(events)
+        .bind::<BigInt, _>(runs)
+        .bind::<BigInt, _>(dead)
+        .bind::<Nullable<Text>, _>(error)
+        .bind::<BigInt, _>(id)
+        .execute(c))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Status, readiness, metrics: read-only summaries.
+// ---------------------------------------------------------------------------------------
+
+fn ts_text(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Postgres => {
+            format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+        }
+        Backend::Sqlite => column.to_string(),
+    }
+}
+
+fn age_secs(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Postgres => {
+            format!("CAST(EXTRACT(EPOCH FROM now() - {column}) AS DOUBLE PRECISION)")
+        }
+        Backend::Sqlite => format!("((julianday('now') - julianday({column})) * 86400.0)"),
+    }
+}
+
+/// Age of the last successful run of each (source, kind) that has one.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct SuccessAge {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub age_seconds: f64,
+}
+
+pub fn last_success_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<SuccessAge>> {
+    let b = conn.backend();
+    let sql = format!(
+        "SELECT source, kind, {} AS age_seconds FROM (SELECT source, kind, MAX(finished_at) AS last FROM reconcile_runs \
+         WHERE status = 'succeeded' GROUP BY source, kind) t",
+        age_secs(b, "last")
+    );
+    on_conn!(conn, c => sql_query(sql).load(c))
+}
+
+/// One reconcile run, for `status`.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct RunRow {
+    #[diesel(sql_type = Text)]
+    pub mode: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = Text)]
+    pub started_at: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub finished_at: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    pub scanned: i64,
+    #[diesel(sql_type = BigInt)]
+    pub missing: i64,
+    #[diesel(sql_type = BigInt)]
+    pub newer_remote: i64,
+    #[diesel(sql_type = BigInt)]
+    pub differing: i64,
+    #[diesel(sql_type = BigInt)]
+    pub newer_local: i64,
+    #[diesel(sql_type = BigInt)]
+    pub applied: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub error: Option<String>,
+}
+
+pub fn recent_runs(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    limit: i64,
+) -> diesel::QueryResult<Vec<RunRow>> {
+    let b = conn.backend();
+    let p = |n| placeholder(b, n);
+    let sql = format!(
+        "SELECT mode, status, {} AS started_at, {} AS finished_at, scanned, missing, newer_remote, differing, newer_local, applied, error \
+         FROM reconcile_runs WHERE source = {} AND kind = {} ORDER BY id DESC LIMIT {}",
+        ts_text(b, "started_at"),
+        ts_text(b, "finished_at"),
+        p(1),
+        p(2),
+        p(3)
+    );
+    on_conn!(conn, c => sql_query(sql)
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<BigInt, _>(limit)
+        .load(c))
+}
+
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct SourceCount {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+pub fn dead_letter_counts(conn: &mut Conn) -> diesel::QueryResult<Vec<SourceCount>> {
+    on_conn!(conn, c => sql_query("SELECT source, COUNT(*) AS count FROM dead_letters GROUP BY source").load(c))
+}
+
+/// The last retention pass.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct PruneRow {
+    #[diesel(sql_type = Text)]
+    pub started_at: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub finished_at: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    pub processed_events: i64,
+    #[diesel(sql_type = BigInt)]
+    pub reconcile_runs: i64,
+    #[diesel(sql_type = BigInt)]
+    pub dead_letters: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub error: Option<String>,
+}
+
+pub fn last_prune(conn: &mut Conn) -> diesel::QueryResult<Option<PruneRow>> {
+    let b = conn.backend();
+    let sql = format!(
+        "SELECT {} AS started_at, {} AS finished_at, processed_events, reconcile_runs, dead_letters, error FROM prune_runs ORDER BY id DESC LIMIT 1",
+        ts_text(b, "started_at"),
+        ts_text(b, "finished_at")
+    );
+    let mut rows: Vec<PruneRow> = on_conn!(conn, c => sql_query(sql).load(c))?;
+    Ok(rows.pop())
+}

@@ -14,10 +14,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
+use crate::config::Config;
 use crate::db::Db;
 use crate::webhook::Receiver;
 use reply::{error_reply, json_reply};
@@ -26,12 +27,12 @@ use reply::{error_reply, json_reply};
 pub struct HttpState {
     pub receivers: Vec<(String, Receiver)>,
     pub db: Db,
-    pub max_body: usize,
+    pub config: Arc<Config>,
 }
 
 /// Builds the router: one POST route per source, plus health endpoints.
 pub fn router(state: HttpState) -> Router {
-    let max_body = state.max_body;
+    let max_body = state.config.http.max_body;
     let mut router = Router::new();
     for (path, receiver) in state.receivers {
         let receiver = Arc::new(receiver);
@@ -43,7 +44,8 @@ pub fn router(state: HttpState) -> Router {
             }),
         );
     }
-    let db = state.db;
+    let (db, config) = (state.db, state.config);
+    let (db2, config2) = (db.clone(), config.clone());
     router
         .route(
             "/healthz",
@@ -52,8 +54,25 @@ pub fn router(state: HttpState) -> Router {
         .route(
             "/readyz",
             get(move || {
-                let db = db.clone();
-                async move { readyz(&db).await }
+                let (db, config) = (db.clone(), config.clone());
+                async move { readyz(&db, &config).await }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let (db, config) = (db2.clone(), config2.clone());
+                async move {
+                    let body = crate::observability::render(&db, &config).await;
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4",
+                        )],
+                        body,
+                    )
+                        .into_response()
+                }
             }),
         )
         .fallback(|| async { error_reply(StatusCode::NOT_FOUND, "no such endpoint") })
@@ -84,13 +103,26 @@ async fn receive(receiver: &Receiver, max_body: usize, headers: HeaderMap, body:
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or_default();
-    let result = receiver.receive(&headers, &bytes, now).await;
+    let span = tracing::info_span!("delivery", source = receiver.source());
+    let result =
+        tracing::Instrument::instrument(receiver.receive(&headers, &bytes, now), span).await;
     reply::delivery(receiver.source(), result, started.elapsed())
 }
 
-async fn readyz(db: &Db) -> Response {
+/// Ready when the database is reachable and migrated. The body also reports each
+/// kind's reconcile freshness; an overdue kind is reported, not made unready (a sender
+/// outage must not take the webhook receiver out of a load balancer).
+async fn readyz(db: &Db, config: &Config) -> Response {
     match db.is_migrated().await {
-        Ok(true) => json_reply(StatusCode::OK, json!({"status": "ready", "database": "ok"})),
+        Ok(true) => {
+            let kinds = crate::observability::freshness(db, config)
+                .await
+                .unwrap_or_default();
+            json_reply(
+                StatusCode::OK,
+                json!({"status": "ready", "database": "ok", "reconcile": kinds}),
+            )
+        }
         Ok(false) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"status": "not ready", "database": "migrations pending; run `webhook-reconciler migrate`"}),

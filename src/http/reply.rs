@@ -21,7 +21,17 @@ pub fn error_reply(status: StatusCode, message: impl Into<String>) -> Response {
     json_reply(status, json!({"error": message.into()}))
 }
 
+fn count(source: &str, result: &'static str, took: Option<Duration>) {
+    crate::observability::count_delivery();
+    metrics::counter!("webhook_deliveries_total", "source" => source.to_string(), "result" => result).increment(1);
+    if let Some(took) = took {
+        metrics::histogram!("webhook_delivery_duration_seconds", "source" => source.to_string())
+            .record(took.as_secs_f64());
+    }
+}
+
 pub fn too_large(source: &str, max_body: usize) -> Response {
+    count(source, "too_large", None);
     tracing::warn!(
         source,
         max_body,
@@ -39,6 +49,14 @@ pub fn delivery(
     took: Duration,
 ) -> Response {
     let ms = took.as_secs_f64() * 1000.0;
+    let label = match &result {
+        Ok((outcome, _)) => outcome.as_str(),
+        Err(Rejection::Unauthorized(_)) => "unauthorized",
+        Err(Rejection::BadRequest(_)) => "bad_request",
+        Err(Rejection::Unprocessable { .. }) => "unprocessable",
+        Err(Rejection::Unavailable(_)) => "unavailable",
+    };
+    count(source, label, Some(took));
     match result {
         Ok((outcome, event_id)) => {
             if outcome == Outcome::Conflict {

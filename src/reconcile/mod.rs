@@ -179,6 +179,27 @@ impl Reconciler {
         cancel: &CancellationToken,
         progress: &(dyn Fn(&RunCounts) + Send + Sync),
     ) -> KindReport {
+        let span = tracing::info_span!(
+            "reconcile",
+            source = source.name,
+            kind = kind.name,
+            dry_run = opts.dry_run
+        );
+        tracing::Instrument::instrument(
+            self.run_kind_inner(source, kind, opts, cancel, progress),
+            span,
+        )
+        .await
+    }
+
+    async fn run_kind_inner(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        opts: &RunOptions,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(&RunCounts) + Send + Sync),
+    ) -> KindReport {
         let started = Instant::now();
         let mut report = KindReport {
             source: source.name.clone(),
@@ -209,6 +230,23 @@ impl Reconciler {
             };
         }
         report.seconds = started.elapsed().as_secs_f64();
+        match &report.status {
+            RunStatus::Succeeded if !opts.dry_run => crate::observability::record_run(
+                &source.name,
+                &kind.name,
+                "succeeded",
+                &report.counts,
+                started.elapsed(),
+            ),
+            RunStatus::Failed { .. } if !opts.dry_run => crate::observability::record_run(
+                &source.name,
+                &kind.name,
+                "failed",
+                &report.counts,
+                started.elapsed(),
+            ),
+            _ => {}
+        }
         match &report.status {
             RunStatus::Succeeded => {
                 tracing::info!(source = source.name, kind = kind.name, dry_run = opts.dry_run, counts = ?report.counts, seconds = report.seconds, "reconcile run succeeded")

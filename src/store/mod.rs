@@ -8,6 +8,7 @@
 
 mod group_commit;
 pub mod guard;
+pub mod retention;
 
 use std::collections::{BTreeMap, HashSet};
 

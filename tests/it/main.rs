@@ -8,6 +8,7 @@
 mod helpers;
 
 mod cli;
+mod operations;
 mod process;
 mod reconcile;
 mod store;

@@ -151,9 +151,9 @@ async fn a_reconcile_killed_midway_then_rerun_converges() {
         let db = TestDb::new(backend);
         let sim = sim_with_orders(150).await;
         let dir = tempfile::tempdir().unwrap();
-        // ~22 pages at 10 requests a second: slow enough to kill in the middle.
+        // ~22 pages at 5 requests a second: slow enough to kill in the middle.
         let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
-            .replace("requests_per_second = 1000", "requests_per_second = 10");
+            .replace("requests_per_second = 1000", "requests_per_second = 5");
         let config = write_config(&dir, &text);
         let mut child = bin()
             .arg("--config")

@@ -426,28 +426,26 @@ async fn two_concurrent_reconciles_of_one_kind_run_once_and_report_the_lease(b: 
     for i in 0..40 {
         sim.put("orders", &format!("o{i:02}"), 1, order_fields("x"));
     }
-    // Two processes' worth: separate reconcilers, separate pools and holder ids. Slow
-    // enough (a few requests a second) that the runs overlap.
+    // Two processes' worth: separate reconcilers, separate pools and holder ids. The
+    // first is slowed by its rate budget (6 pages at 2 requests a second).
     let config = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
-        .replace("requests_per_second = 1000", "requests_per_second = 10");
+        .replace("requests_per_second = 1000", "requests_per_second = 2");
     let (a, b2) = (reconciler_for(&config).await, reconciler_for(&config).await);
-    let (ra, rb) = tokio::join!(run(&a, "order", false), run(&b2, "order", false));
-    let statuses = [&ra.status, &rb.status];
-    assert_eq!(
-        statuses
-            .iter()
-            .filter(|s| ***s == RunStatus::Succeeded)
-            .count(),
-        1,
-        "{ra:?} {rb:?}"
+    let first = tokio::spawn(async move { run(&a, "order", false).await });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            db.count("reconcile_leases") == 1
+        })
+        .await,
+        "the first run never took the lease"
     );
-    assert_eq!(
-        statuses
-            .iter()
-            .filter(|s| matches!(s, RunStatus::Skipped { .. }))
-            .count(),
-        1
+    let second = run(&b2, "order", false).await;
+    assert!(
+        matches!(second.status, RunStatus::Skipped { .. }),
+        "{second:?}"
     );
+    let first = first.await.unwrap();
+    assert_eq!(first.status, RunStatus::Succeeded, "{first:?}");
     assert_eq!(db.count("reconcile_runs"), 1);
     assert_converged(&db, &sim, "orders", "order");
 }

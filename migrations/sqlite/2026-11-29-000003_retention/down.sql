@@ -1,0 +1,1 @@
+DROP TABLE prune_runs;

@@ -1,0 +1,124 @@
+//! `status` and `prune`: what the database says about reconciliation and retention.
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::db::{Db, sql};
+use crate::observability::{KindFreshness, freshness};
+
+/// Runs shown per kind.
+const RECENT_RUNS: i64 = 5;
+
+#[derive(Serialize)]
+struct KindStatus {
+    #[serde(flatten)]
+    freshness: KindFreshness,
+    recent_runs: Vec<sql::RunRow>,
+}
+
+#[derive(Serialize)]
+struct Status {
+    kinds: Vec<KindStatus>,
+    dead_letters: Vec<sql::SourceCount>,
+    last_prune: Option<sql::PruneRow>,
+}
+
+pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
+    let db = Db::connect(&config.database)?;
+    let mut kinds = Vec::new();
+    for f in freshness(&db, config).await? {
+        let (s, k) = (f.source.clone(), f.kind.clone());
+        let recent_runs = db
+            .read(move |c| sql::recent_runs(c, &s, &k, RECENT_RUNS))
+            .await?;
+        kinds.push(KindStatus {
+            freshness: f,
+            recent_runs,
+        });
+    }
+    let dead_letters = db.read(sql::dead_letter_counts).await?;
+    let last_prune = db.read(sql::last_prune).await?;
+    let st = Status {
+        kinds,
+        dead_letters,
+        last_prune,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<10} {:<24} {:>14} {:<8} {:>8} {:>8} {:>9} {:>8} {:>8}",
+        "KIND",
+        "LAST RUN",
+        "STARTED",
+        "LAST SUCCESS",
+        "OVERDUE",
+        "SCANNED",
+        "MISSING",
+        "NEWER@SND",
+        "NEWER@US",
+        "APPLIED"
+    );
+    for k in &st.kinds {
+        let f = &k.freshness;
+        let last = k.recent_runs.first();
+        println!(
+            "{:<24} {:<10} {:<24} {:>14} {:<8} {:>8} {:>8} {:>9} {:>8} {:>8}",
+            format!("{}/{}", f.source, f.kind),
+            last.map_or("never", |r| r.status.as_str()),
+            last.map_or("-", |r| r.started_at.as_str()),
+            f.last_success_age_seconds
+                .map_or("never".to_string(), |a| format!(
+                    "{} ago",
+                    humantime::format_duration(std::time::Duration::from_secs(a as u64))
+                )),
+            if f.overdue { "YES" } else { "no" },
+            last.map_or(0, |r| r.scanned),
+            last.map_or(0, |r| r.missing),
+            last.map_or(0, |r| r.newer_remote + r.differing),
+            last.map_or(0, |r| r.newer_local),
+            last.map_or(0, |r| r.applied),
+        );
+        if let Some(error) = last.and_then(|r| r.error.as_deref()) {
+            println!("  last error: {error}");
+        }
+    }
+    if st.dead_letters.is_empty() {
+        println!("dead letters: none");
+    } else {
+        for d in &st.dead_letters {
+            println!(
+                "dead letters: {} waiting for source {} (see the dead_letters table)",
+                d.count, d.source
+            );
+        }
+    }
+    match &st.last_prune {
+        Some(p) => println!(
+            "last prune: {} — deleted {} event ids, {} runs, {} dead letters{}",
+            p.started_at,
+            p.processed_events,
+            p.reconcile_runs,
+            p.dead_letters,
+            p.error
+                .as_deref()
+                .map(|e| format!(" (error: {e})"))
+                .unwrap_or_default()
+        ),
+        None => println!("last prune: never"),
+    }
+    Ok(())
+}
+
+pub async fn prune(config: &Config) -> anyhow::Result<()> {
+    let db = Db::connect(&config.database)?;
+    let report =
+        crate::store::retention::prune(&db, config, &tokio_util::sync::CancellationToken::new())
+            .await?;
+    println!(
+        "pruned {} event ids, {} reconcile runs, {} dead letters in {:.1}s",
+        report.processed_events, report.reconcile_runs, report.dead_letters, report.seconds
+    );
+    Ok(())
+}

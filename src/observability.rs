@@ -1,0 +1,146 @@
+//! Metrics (Prometheus text format) and the freshness of each kind's reconciliation,
+//! which `/metrics`, `/readyz`, `status` and systemd's STATUS= line all report.
+//!
+//! Counters and histograms are recorded where things happen (`http::reply`,
+//! `reconcile`, `store::retention`); gauges that describe the database (seconds since
+//! the last successful reconcile, pool use) are read when scraped, so every replica
+//! reports the same truth.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use serde::Serialize;
+
+use crate::config::{Config, Schedule};
+use crate::db::{Db, DbError, sql};
+
+/// Delivery latency buckets, seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts one handled delivery (any answer), for STATUS=.
+pub fn count_delivery() {
+    DELIVERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Deliveries handled by this process.
+pub fn deliveries() -> u64 {
+    DELIVERIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Installs the process-wide metrics recorder (once; later calls reuse it).
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("webhook_delivery_duration_seconds".into()),
+                    LATENCY_BUCKETS,
+                )
+                .ok()?
+                .install_recorder();
+            match recorder {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics recorder not installed");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// How fresh one kind's reconciliation is.
+#[derive(Debug, Clone, Serialize)]
+pub struct KindFreshness {
+    pub source: String,
+    pub kind: String,
+    /// Seconds since the last successful run; `None` if it never succeeded.
+    pub last_success_age_seconds: Option<f64>,
+    /// The age beyond which the kind counts as overdue (`reconcile.stale_after`).
+    pub stale_after_seconds: Option<f64>,
+    pub overdue: bool,
+}
+
+/// Freshness of every scheduled kind with a list endpoint.
+pub async fn freshness(db: &Db, config: &Config) -> Result<Vec<KindFreshness>, DbError> {
+    let ages = db.read(sql::last_success_ages).await?;
+    let mut out = Vec::new();
+    for source in &config.sources {
+        let stale_after = source
+            .reconcile
+            .stale_after
+            .or(match &source.reconcile.schedule {
+                Some(Schedule::Every(d)) => Some(*d * 3),
+                _ => None,
+            });
+        for kind in source.kinds.iter().filter(|k| k.list.is_some()) {
+            let age = ages
+                .iter()
+                .find(|a| a.source == source.name && a.kind == kind.name)
+                .map(|a| a.age_seconds.max(0.0));
+            let limit = stale_after.map(|d| d.as_secs_f64());
+            let overdue = match (limit, age) {
+                (Some(limit), Some(age)) => age > limit,
+                // Never succeeded: overdue once the process could have run it, which
+                // the caller judges by its uptime; here, only if a limit exists.
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            out.push(KindFreshness {
+                source: source.name.clone(),
+                kind: kind.name.clone(),
+                last_success_age_seconds: age,
+                stale_after_seconds: limit,
+                overdue,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The `/metrics` body: the recorded series plus the gauges read now.
+pub async fn render(db: &Db, config: &Config) -> String {
+    if let Ok(kinds) = freshness(db, config).await {
+        for k in kinds {
+            if let Some(age) = k.last_success_age_seconds {
+                metrics::gauge!("reconcile_seconds_since_success", "source" => k.source.clone(), "kind" => k.kind.clone()).set(age);
+            }
+            metrics::gauge!("reconcile_overdue", "source" => k.source, "kind" => k.kind)
+                .set(f64::from(u8::from(k.overdue)));
+        }
+    }
+    for (pool, state) in db.pool_states() {
+        metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "idle")
+            .set(f64::from(state.idle_connections));
+        metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "in_use").set(f64::from(
+            state.connections.saturating_sub(state.idle_connections),
+        ));
+    }
+    install().map(PrometheusHandle::render).unwrap_or_default()
+}
+
+/// Records one finished reconcile run.
+pub fn record_run(source: &str, kind: &str, status: &str, counts: &sql::RunCounts, took: Duration) {
+    let (s, k) = (source.to_string(), kind.to_string());
+    metrics::counter!("reconcile_runs_total", "source" => s.clone(), "kind" => k.clone(), "status" => status.to_string()).increment(1);
+    metrics::histogram!("reconcile_run_duration_seconds", "source" => s.clone(), "kind" => k.clone()).record(took.as_secs_f64());
+    if status == "succeeded" {
+        for (class, n) in [
+            ("missing", counts.missing),
+            ("newer_remote", counts.newer_remote),
+            ("differing", counts.differing),
+            ("newer_local", counts.newer_local),
+            ("equal", counts.equal),
+        ] {
+            metrics::gauge!("reconcile_drift_items", "source" => s.clone(), "kind" => k.clone(), "class" => class).set(n as f64);
+        }
+    }
+    metrics::counter!("reconcile_items_applied_total", "source" => s, "kind" => k)
+        .increment(counts.applied.max(0) as u64);
+}

@@ -1,0 +1,465 @@
+//! Operating the daemon: systemd notifications, graceful shutdown with a request in
+//! flight, retention, metrics, status, and secrets kept out of the logs.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use webhook_reconciler::config::Config;
+use webhook_reconciler::db::Db;
+use webhook_reconciler::simulator::{SimSender, Style};
+use webhook_reconciler::webhook::verify::sign;
+
+use crate::helpers::{
+    Backend, SHOP_SECRET, TestDb, both_backends, eventually, now, refund_event, spawn_app,
+};
+use crate::reconcile::reconcile_config;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_webhook-reconciler"));
+    c.env_remove("WEBHOOK_RECONCILER_CONFIG")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC");
+    c
+}
+
+fn signal(pid: u32, sig: &str) {
+    assert!(
+        Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `serve` configuration on a fixed free port, SQLite, with the shop source.
+fn serve_config(
+    dir: &tempfile::TempDir,
+    db_url: &str,
+    port: u16,
+    sim: Option<&SimSender>,
+) -> std::path::PathBuf {
+    let text = match sim {
+        Some(sim) => reconcile_config(db_url, sim, Style::Cursor, "", "").replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        ),
+        None => crate::helpers::config_toml(db_url, "").replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        ),
+    };
+    let p = dir.path().join("config.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+async fn wait_ready(port: u16) -> bool {
+    let client = reqwest::Client::new();
+    eventually(Duration::from_secs(20), || {
+        let client = client.clone();
+        async move {
+            client
+                .get(format!("http://127.0.0.1:{port}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_tells_systemd_it_is_ready_pings_the_watchdog_and_says_it_stops() {
+    let db = TestDb::new(Backend::Sqlite);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = serve_config(&dir, &db.url, port, None);
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut child = bin()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "1000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !(seen.contains("READY=1") && seen.contains("WATCHDOG=1") && seen.contains("STATUS=")) {
+        let n = socket.recv(&mut buf).expect("no notification within 20s");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    // READY=1 comes once the listener answers.
+    assert!(
+        reqwest::get(format!("http://127.0.0.1:{port}/healthz"))
+            .await
+            .unwrap()
+            .status()
+            == 200
+    );
+    signal(child.id(), "TERM");
+    while !seen.contains("STOPPING=1") {
+        let n = socket.recv(&mut buf).expect("no STOPPING=1");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_delivery_in_flight_finish_then_exits_0() {
+    let db = TestDb::new(Backend::Sqlite);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = serve_config(&dir, &db.url, port, None);
+    let mut child = bin()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_ready(port).await);
+    let pid = child.id();
+    let body = refund_event("evt_in_flight", "re_1").to_string();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let ts = now();
+        let sig = sign::hmac_sha256(SHOP_SECRET.as_bytes(), ts, body.as_bytes());
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             X-Signature: {sig}\r\nX-Signature-Timestamp: {ts}\r\nExpect: 100-continue\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        // "100 Continue" proves the handler is reading this request's body: in flight.
+        let mut cont = [0u8; 25];
+        s.read_exact(&mut cont).unwrap();
+        assert!(String::from_utf8_lossy(&cont).starts_with("HTTP/1.1 100 Continue"));
+        signal(pid, "TERM");
+        s.write_all(body.as_bytes()).unwrap();
+        let mut response = String::new();
+        let _ = s.read_to_string(&mut response);
+        response
+    })
+    .await
+    .unwrap();
+    assert!(outcome.starts_with("HTTP/1.1 200"), "{outcome}");
+    assert!(outcome.contains(r#"{"outcome":"applied"}"#), "{outcome}");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(db.count("resources"), 1);
+}
+
+both_backends!(retention_deletes_only_what_is_past_its_window_in_bounded_batches);
+
+async fn retention_deletes_only_what_is_past_its_window_in_bounded_batches(b: Backend) {
+    let db = TestDb::new(b);
+    let text = crate::helpers::config_toml(&db.url, "")
+        .replace(
+            "[http]",
+            "[retention]\nbatch = 3\nreconcile_runs = \"7d\"\ndead_letters = \"7d\"\n\n[http]",
+        )
+        .replace(
+            "[sources.shop.webhook]",
+            "[sources.shop]\nretry_window = \"24h\"\n\n[sources.shop.webhook]",
+        );
+    let config = Config::from_toml_str(&text).unwrap();
+    let handle = Db::connect(&config.database).unwrap();
+    let h = handle.clone();
+    tokio::task::spawn_blocking(move || h.migrate())
+        .await
+        .unwrap()
+        .unwrap();
+    let ago = |days: u32| match b {
+        Backend::Postgres => format!("now() - interval '{days} days'"),
+        Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{days} days')"),
+    };
+    let mut sql = String::new();
+    for i in 0..10 {
+        // Ids kept for 2 × 24h: three days old goes, one day old stays.
+        let when = if i < 7 { ago(3) } else { ago(1) };
+        sql.push_str(&format!("INSERT INTO processed_events (source, event_id, event_type, outcome, processed_at) VALUES ('shop', 'e{i}', 't', 'applied', {when});"));
+    }
+    // Another source's ids are not this source's business... and use its own window.
+    sql.push_str(&format!("INSERT INTO processed_events (source, event_id, event_type, outcome, processed_at) VALUES ('billing', 'b1', 't', 'applied', {});", ago(1)));
+    sql.push_str(&format!("INSERT INTO reconcile_runs (source, kind, mode, status, started_at, finished_at) VALUES ('shop', 'order', 'full', 'succeeded', {0}, {0});", ago(10)));
+    sql.push_str(&format!("INSERT INTO reconcile_runs (source, kind, mode, status, started_at) VALUES ('shop', 'order', 'full', 'running', {});", ago(10)));
+    sql.push_str(&format!("INSERT INTO reconcile_runs (source, kind, mode, status, started_at, finished_at) VALUES ('shop', 'order', 'full', 'failed', {0}, {0});", ago(1)));
+    sql.push_str(&format!("INSERT INTO dead_letters (source, event_id, event_type, reason, body, last_seen_at) VALUES ('shop', 'd1', 't', 'r', '{{}}', {});", ago(8)));
+    sql.push_str(&format!("INSERT INTO dead_letters (source, event_id, event_type, reason, body, last_seen_at) VALUES ('shop', 'd2', 't', 'r', '{{}}', {});", ago(2)));
+    db.execute(&sql);
+
+    let report = webhook_reconciler::store::retention::prune(
+        &handle,
+        &config,
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            report.processed_events,
+            report.reconcile_runs,
+            report.dead_letters
+        ),
+        (7, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(db.count("processed_events WHERE source = 'shop'"), 3);
+    assert_eq!(db.count("processed_events WHERE source = 'billing'"), 1);
+    assert_eq!(
+        db.count("reconcile_runs WHERE status = 'running'"),
+        1,
+        "a running run is never pruned"
+    );
+    assert_eq!(db.count("reconcile_runs"), 2);
+    assert_eq!(db.count("dead_letters"), 1);
+    assert_eq!(db.count("prune_runs WHERE finished_at IS NOT NULL"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_readiness_and_status_report_deliveries_runs_and_freshness() {
+    let db = TestDb::new(Backend::Sqlite);
+    let sim = SimSender::start().await.unwrap();
+    sim.add_kind("orders", Style::Cursor);
+    sim.add_kind("refunds", Style::Cursor);
+    sim.put("orders", "o1", 1, json!({"status": "x"}));
+    let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
+        .replace("lease_ttl = \"3s\"", "lease_ttl = \"3s\"\nevery = \"1h\"");
+    let config = Config::from_toml_str(&text).unwrap();
+    let app = webhook_reconciler::app::Application::build(config)
+        .await
+        .unwrap();
+    let addr = app.local_addr();
+    let server = tokio::spawn(app.run_until(std::future::pending()));
+    // run_at_start reconciles both kinds once.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            db.count("reconcile_runs WHERE status = 'succeeded'") == 2
+        })
+        .await
+    );
+    let client = reqwest::Client::new();
+    let body = json!({"id": "evt_m", "type": "order.status_changed", "data": {"id": "o1", "version": 2, "status": "y"}}).to_string();
+    let ts = now();
+    let r = client
+        .post(format!("http://{addr}/webhooks/shop"))
+        .header(
+            "X-Signature",
+            sign::hmac_sha256(SHOP_SECRET.as_bytes(), ts, body.as_bytes()),
+        )
+        .header("X-Signature-Timestamp", ts.to_string())
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client
+        .post(format!("http://{addr}/webhooks/shop"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    let metrics = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        r#"webhook_deliveries_total{source="shop",result="applied"}"#,
+        r#"webhook_deliveries_total{source="shop",result="unauthorized"}"#,
+        "webhook_delivery_duration_seconds_bucket",
+        r#"reconcile_runs_total{source="shop",kind="order",status="succeeded"}"#,
+        r#"reconcile_drift_items{source="shop",kind="order",class="missing"}"#,
+        r#"reconcile_seconds_since_success{source="shop",kind="order"}"#,
+        "db_pool_connections",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "{needle} missing from /metrics:\n{metrics}"
+        );
+    }
+
+    let ready: Value = client
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds = ready["reconcile"].as_array().unwrap();
+    assert_eq!(kinds.len(), 2);
+    assert_eq!(kinds[0]["overdue"], false);
+    assert!(kinds[0]["last_success_age_seconds"].as_f64().unwrap() < 60.0);
+    assert_eq!(kinds[0]["stale_after_seconds"], 3.0 * 3600.0);
+    server.abort();
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        bin()
+            .arg("--config")
+            .arg(&cfg)
+            .args(["status", "--json"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["kinds"][0]["kind"], "order");
+    assert_eq!(status["kinds"][0]["recent_runs"][0]["status"], "succeeded");
+    assert_eq!(status["last_prune"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_appears_in_a_full_runs_logs() {
+    let db = TestDb::new(Backend::Postgres);
+    let sim = SimSender::start().await.unwrap();
+    sim.add_kind("orders", Style::Cursor);
+    sim.add_kind("refunds", Style::Cursor);
+    sim.put("orders", "o1", 1, json!({"status": "x"}));
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // trust authentication ignores the password, so it can be a marker here.
+    let url = db
+        .url
+        .replace("postgres://postgres@", "postgres://postgres:db-pass-7f3a@");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "api-token-9c1e\n").unwrap();
+    let text = reconcile_config(
+        &url,
+        &sim,
+        Style::Cursor,
+        &format!(
+            "api_token = {{ file = {:?} }}",
+            token_file.display().to_string()
+        ),
+        "",
+    )
+    .replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"127.0.0.1:{port}\""),
+    )
+    .replace(
+        &format!("secrets = [\"{SHOP_SECRET}\"]"),
+        "secrets = [{ env = \"WR_TEST_SHOP_SECRET\" }]",
+    )
+    .replace("lease_ttl = \"3s\"", "lease_ttl = \"3s\"\nevery = \"1h\"");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    // Files, not pipes: trace-level logs would fill a pipe nobody reads yet.
+    let log_path = dir.path().join("log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("serve")
+        .env("WR_TEST_SHOP_SECRET", "hook-secret-51d0")
+        .env("RUST_LOG", "trace")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    assert!(wait_ready(port).await);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            db.count("reconcile_runs WHERE status = 'succeeded'") == 2
+        })
+        .await
+    );
+    let client = reqwest::Client::new();
+    let body = json!({"id": "e1", "type": "order.status_changed", "data": {"id": "o1", "version": 3, "status": "z"}}).to_string();
+    let ts = now();
+    for secret in ["hook-secret-51d0", "wrong"] {
+        client
+            .post(format!("http://127.0.0.1:{port}/webhooks/shop"))
+            .header(
+                "X-Signature",
+                sign::hmac_sha256(secret.as_bytes(), ts, body.as_bytes()),
+            )
+            .header("X-Signature-Timestamp", ts.to_string())
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+    }
+    signal(child.id(), "TERM");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        logs.contains("reconcile run succeeded") && logs.contains("delivery"),
+        "the logs cover the run:\n{logs}"
+    );
+    for secret in ["hook-secret-51d0", "api-token-9c1e", "db-pass-7f3a"] {
+        assert!(!logs.contains(secret), "{secret} leaked into the logs");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prune_command_reports_and_records_its_pass() {
+    let app = spawn_app(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, crate::helpers::config_toml(&app.db.url, "")).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        bin()
+            .arg("--config")
+            .arg(&cfg)
+            .arg("prune")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pruned 0 event ids"));
+    assert_eq!(app.db.count("prune_runs"), 1);
+}

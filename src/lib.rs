@@ -10,6 +10,7 @@ pub mod change;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod http;
 pub mod observability;
 pub mod reconcile;

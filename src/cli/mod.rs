@@ -47,6 +47,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The zero-setup showcase: a simulated sender with real faults, the daemon on an
+    /// embedded SQLite file, a reconcile, and a report. Exits 0 only if the local state
+    /// ends equal to the sender's.
+    Demo(DemoArgs),
     /// Reconcile now, once: page through the senders' listings and repair what differs.
     Reconcile {
         /// Only this source.
@@ -64,8 +68,116 @@ pub enum Command {
     },
 }
 
+/// `demo` flags.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Orders the sender owns (each goes through up to 6 statuses).
+    #[arg(long, default_value_t = 2000)]
+    orders: usize,
+    /// Refunds the sender owns (insert-once).
+    #[arg(long, default_value_t = 500)]
+    refunds: usize,
+    /// Seed of the scenario and of the faults.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Share of events never delivered.
+    #[arg(long, default_value_t = 0.05)]
+    loss: f64,
+    /// Share of events delivered again later.
+    #[arg(long, default_value_t = 0.10)]
+    duplicate: f64,
+    /// Share of events delivered twice at the same moment.
+    #[arg(long, default_value_t = 0.05)]
+    concurrent_duplicate: f64,
+    /// Share of deliveries swapped with an earlier one.
+    #[arg(long, default_value_t = 0.20)]
+    reorder: f64,
+    /// Share of deliveries whose acknowledgement comes after the sender's timeout.
+    #[arg(long, default_value_t = 0.03)]
+    slow_ack: f64,
+    /// Share of order updates that reuse the previous version (same-second timestamps).
+    #[arg(long, default_value_t = 0.02)]
+    same_second: f64,
+    /// Concurrent deliveries.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Database URL (default: a SQLite file in a temporary directory).
+    #[arg(long)]
+    database: Option<String>,
+    /// Skip reconciliation: shows what the webhooks alone leave behind.
+    #[arg(long)]
+    no_reconcile: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn rate(name: &str, v: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("--{name} {v} is not a rate between 0 and 1"))
+    }
+}
+
+async fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
+    let checked = (|| -> Result<crate::simulator::deliver::Faults, String> {
+        Ok(crate::simulator::deliver::Faults {
+            loss: rate("loss", a.loss)?,
+            duplicate: rate("duplicate", a.duplicate)?,
+            concurrent_duplicate: rate("concurrent-duplicate", a.concurrent_duplicate)?,
+            reorder: rate("reorder", a.reorder)?,
+            slow_ack: rate("slow-ack", a.slow_ack)?,
+        })
+    })();
+    let faults = match (checked, rate("same-second", a.same_second)) {
+        (Ok(f), Ok(_)) => f,
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let report = crate::demo::run(crate::demo::DemoOptions {
+        orders: a.orders,
+        refunds: a.refunds,
+        seed: a.seed,
+        faults,
+        same_second: a.same_second,
+        concurrency: a.concurrency.max(1),
+        database: a.database,
+        reconcile: !a.no_reconcile,
+        progress: !a.json,
+    })
+    .await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        crate::demo::print_report(&report);
+    }
+    Ok(if report.converged {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    })
+}
+
 /// Runs the parsed command line; errors of the work itself are printed here, once.
 pub async fn run(cli: Cli) -> ExitCode {
+    if let Command::Demo(args) = cli.command {
+        // The demo brings its own configuration (config/demo.toml) and keeps the
+        // terminal for its report: warnings only, unless RUST_LOG says otherwise.
+        crate::telemetry::init(&crate::config::LogConfig {
+            format: crate::config::LogFormat::Human,
+            level: "warn".into(),
+        });
+        return match demo(args).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -77,6 +189,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
+        Command::Demo(_) => Ok(ExitCode::SUCCESS), // handled above
         Command::Prune => status::prune(&config).await.map(|()| ExitCode::SUCCESS),
         Command::Status { json } => status::status(&config, json)
             .await

@@ -6,6 +6,8 @@
 //! It is the *sender's* side, not ours: it uses axum for its own server like any
 //! sender would, apart from the daemon's `http` module.
 
+pub mod deliver;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

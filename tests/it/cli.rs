@@ -192,3 +192,32 @@ fn the_shipped_example_configurations_are_valid() {
         );
     }
 }
+
+#[test]
+fn the_demo_command_exits_0_when_converged_1_when_not_and_2_on_bad_flags() {
+    let run = |args: &[&str]| {
+        bin()
+            .arg("demo")
+            .args(["--orders", "60", "--refunds", "10"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = run(&[]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let report = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        report.contains("local state equals sender:") && report.contains("YES"),
+        "{report}"
+    );
+    let diverged = run(&["--no-reconcile", "--loss", "0.5"]);
+    assert_eq!(diverged.status.code(), Some(1));
+    let bad = run(&["--loss", "2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--loss"));
+}

@@ -8,6 +8,7 @@
 mod helpers;
 
 mod cli;
+mod demo;
 mod operations;
 mod process;
 mod reconcile;

@@ -33,7 +33,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the webhook HTTP server with /healthz and /readyz.
+    /// Run the webhook receiver, the reconcile schedule and retention, with /healthz,
+    /// /readyz and /metrics.
     Serve,
     /// Apply the embedded database migrations and exit.
     Migrate,

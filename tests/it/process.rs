@@ -250,3 +250,50 @@ async fn the_schedule_keeps_running_after_the_process_is_paused_and_serve_stops_
         .unwrap();
     assert_eq!(status.code(), Some(0), "serve exits 0 on SIGTERM");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_reconcile_finishes_the_page_exits_0_and_the_next_run_resumes() {
+    let db = TestDb::new(Backend::Sqlite);
+    let sim = sim_with_orders(150).await;
+    let dir = tempfile::tempdir().unwrap();
+    // 22 pages at 3 requests a second: a run that lasts several seconds.
+    let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
+        .replace("requests_per_second = 1000", "requests_per_second = 3")
+        .replace(
+            "lease_ttl = \"3s\"",
+            "lease_ttl = \"3s\"\nevery = \"1h\"\njitter = \"0s\"",
+        );
+    let config = write_config(&dir, &text);
+    let mut child = bin()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = eventually(Duration::from_secs(20), || async {
+        db.scalar("SELECT COALESCE(MAX(pages), 0) AS n FROM reconcile_runs WHERE kind = 'order'")
+            >= 2
+    })
+    .await;
+    assert!(started, "the scheduled run never got going");
+    signal(child.id(), "TERM");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(db.count("resources") < 150, "shut down mid-run");
+    assert_eq!(db.count("reconcile_runs WHERE kind = 'order' AND status = 'failed' AND error LIKE '%stopped by shutdown%'"), 1);
+    // Every page the run reported is in the table: it stopped between pages.
+    assert_eq!(
+        db.count("resources"),
+        db.scalar("SELECT COALESCE(MAX(scanned), 0) AS n FROM reconcile_runs WHERE kind = 'order'")
+    );
+    let text2 = text.replace("requests_per_second = 3", "requests_per_second = 1000");
+    std::fs::write(&config, text2).unwrap();
+    let (code, json, stderr) = reconcile_json(config, &["--kind", "order"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json[0]["resumed"], true);
+    assert_eq!(db.count("resources"), 150);
+}

@@ -430,13 +430,7 @@ impl Reconciler {
         let detect = kind.detect_deletes && mode == Mode::Full && !resumed && run_id.is_some();
         let mut seen = SeenIds::default();
         let mut watermark: Option<i64> = None;
-        let pointers = Pointers {
-            id: &kind.id,
-            version: kind.version.as_deref(),
-            state: Some(&kind.state),
-            version_format: kind.version_format,
-            action: Action::Upsert,
-        };
+        let pointers = item_pointers(kind);
         let filter: Option<(String, String)> = match (&kind.incremental, since) {
             (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
             _ => None,
@@ -665,21 +659,26 @@ impl Reconciler {
         let Some(item) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
             return Ok(false);
         };
-        let change = Pointers {
-            id: &k.id,
-            version: k.version.as_deref(),
-            state: Some(&k.state),
-            version_format: k.version_format,
-            action: Action::Upsert,
-        }
-        .read(&item, &s.name, &k.name)
-        .map_err(|e| format!("GET {id}: {e}"))?;
+        let change = item_pointers(k)
+            .read(&item, &s.name, &k.name)
+            .map_err(|e| format!("GET {id}: {e}"))?;
         let written = self
             .store
             .apply_batch(vec![change])
             .await
             .map_err(|e| e.to_string())?;
         Ok(!written.is_empty())
+    }
+}
+
+/// How a list item of `kind` reads as a change.
+fn item_pointers(kind: &KindConfig) -> Pointers<'_> {
+    Pointers {
+        id: &kind.id,
+        version: kind.version.as_deref(),
+        state: Some(&kind.state),
+        version_format: kind.version_format,
+        action: Action::Upsert,
     }
 }
 

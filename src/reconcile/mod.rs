@@ -316,9 +316,28 @@ impl Reconciler {
             .db()
             .write(move |c| sql::start_run(c, &s, &k, mode))
             .await?;
-        let result = self
+        let mut result = self
             .sweep(source, kind, plan, Some(run_id), report, cancel, progress)
             .await;
+        // A resume point the sender no longer accepts (an expired cursor) must not
+        // wedge the kind: start the sweep over from the first page, in this same run.
+        if let Err(RunError::Sender(
+            e @ (SenderError::Refused { .. } | SenderError::BadPage { .. }),
+        )) = &result
+        {
+            if report.resumed && report.counts.pages == 0 {
+                tracing::warn!(source = source.name, kind = kind.name, error = %e, "the sender refused the resume point; starting the sweep over");
+                let (s, k) = (source.name.clone(), kind.name.clone());
+                self.store
+                    .db()
+                    .write(move |c| sql::set_checkpoint(c, &s, &k, None))
+                    .await?;
+                let plan = self.plan(source, kind, false).await?;
+                result = self
+                    .sweep(source, kind, plan, Some(run_id), report, cancel, progress)
+                    .await;
+            }
+        }
         let (status, error) = match &result {
             Ok(()) => ("succeeded", None),
             Err(e) => ("failed", Some(e.to_string())),

@@ -233,6 +233,16 @@ async fn list(
     let since = q
         .get("updated_since")
         .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok());
+    // Like real senders, an unknown cursor is refused (it expired, or never existed).
+    if let (Listing::Stored(stored), Some(a)) = (listing, after.as_deref()) {
+        if !stored.contains_key(a) {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": "cursor expired"})),
+            )
+                .into_response();
+        }
+    }
     let (items, more) = page_of(listing, after.as_deref(), limit, since);
     let last = items
         .last()

@@ -156,6 +156,7 @@ both_backends!(
     a_same_second_conflict_is_resolved_from_the_senders_current_state,
     a_complete_sweep_tombstones_rows_the_sender_no_longer_lists,
     incremental_runs_list_only_what_changed_since_the_watermark_between_full_sweeps,
+    a_resume_point_the_sender_refuses_starts_the_sweep_over,
 );
 
 async fn reconcile_converges_after_partial_duplicated_reordered_webhooks_and_a_second_run_applies_nothing(
@@ -596,4 +597,33 @@ async fn incremental_runs_list_only_what_changed_since_the_watermark_between_ful
         (third.mode, third.counts.scanned),
         (webhook_reconciler::reconcile::Mode::Full, 25)
     );
+}
+
+async fn a_resume_point_the_sender_refuses_starts_the_sweep_over(b: Backend) {
+    let db = TestDb::new(b);
+    let sim = sim_with(Style::Cursor).await;
+    for i in 0..30 {
+        sim.put("orders", &format!("o{i:02}"), 1, order_fields("x"));
+    }
+    sim.fail_list_request(3, Fault::Malformed);
+    let r = reconciler_for(&reconcile_config(
+        &db.url,
+        &sim,
+        Style::Cursor,
+        "",
+        "detect_deletes = true",
+    ))
+    .await;
+    let failed = run(&r, "order", false).await;
+    assert!(matches!(failed.status, RunStatus::Failed { .. }));
+    // The checkpoint's cursor (the last id of page 2) disappears: the sender refuses it.
+    sim.remove("orders", "o13");
+    assert!(eventually(Duration::from_secs(2), || async { db.clock_past_writes() }).await);
+    let again = run(&r, "order", false).await;
+    assert_eq!(again.status, RunStatus::Succeeded, "{again:?}");
+    assert_eq!(
+        again.counts.scanned, 29,
+        "the sweep started over from the first page"
+    );
+    assert_converged(&db, &sim, "orders", "order");
 }

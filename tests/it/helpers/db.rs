@@ -65,6 +65,13 @@ impl TestDb {
         self.url.strip_prefix("sqlite://").unwrap()
     }
 
+    /// A reader that waits for the daemon's writer instead of failing.
+    fn sqlite(&self) -> SqliteConnection {
+        let mut c = SqliteConnection::establish(self.sqlite_path()).unwrap();
+        c.batch_execute("PRAGMA busy_timeout = 10000").unwrap();
+        c
+    }
+
     /// Runs a query returning one BIGINT column named `n`.
     pub fn scalar(&self, sql: &str) -> i64 {
         #[derive(QueryableByName)]
@@ -76,9 +83,7 @@ impl TestDb {
             Backend::Postgres => sql_query(sql)
                 .load(&mut PgConnection::establish(&self.url).unwrap())
                 .unwrap(),
-            Backend::Sqlite => sql_query(sql)
-                .load(&mut SqliteConnection::establish(self.sqlite_path()).unwrap())
-                .unwrap(),
+            Backend::Sqlite => sql_query(sql).load(&mut self.sqlite()).unwrap(),
         };
         rows[0].n
     }
@@ -105,9 +110,7 @@ impl TestDb {
             Backend::Postgres => q
                 .load(&mut PgConnection::establish(&self.url).unwrap())
                 .unwrap(),
-            Backend::Sqlite => q
-                .load(&mut SqliteConnection::establish(self.sqlite_path()).unwrap())
-                .unwrap(),
+            Backend::Sqlite => q.load(&mut self.sqlite()).unwrap(),
         };
         rows.pop()
     }
@@ -134,9 +137,7 @@ impl TestDb {
             Backend::Postgres => q
                 .load(&mut PgConnection::establish(&self.url).unwrap())
                 .unwrap(),
-            Backend::Sqlite => q
-                .load(&mut SqliteConnection::establish(self.sqlite_path()).unwrap())
-                .unwrap(),
+            Backend::Sqlite => q.load(&mut self.sqlite()).unwrap(),
         };
         rows.pop().map(|o| o.outcome)
     }
@@ -167,7 +168,7 @@ impl TestDb {
 
     /// Opens a SQLite connection that holds the write lock until dropped.
     pub fn lock_sqlite(&self) -> SqliteConnection {
-        let mut c = SqliteConnection::establish(self.sqlite_path()).unwrap();
+        let mut c = self.sqlite();
         c.batch_execute("BEGIN EXCLUSIVE").unwrap();
         c
     }

@@ -89,14 +89,6 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        if !args.json && !terminal {
-            eprintln!(
-                "{}/{}: {}",
-                report.source,
-                report.kind,
-                status_text(&report)
-            );
-        }
         reports.push(report);
         if cancel.is_cancelled() {
             break;
@@ -115,15 +107,6 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-fn status_text(r: &KindReport) -> String {
-    match &r.status {
-        RunStatus::Succeeded if r.dry_run => "dry run".into(),
-        RunStatus::Succeeded => "succeeded".into(),
-        RunStatus::Failed { error } => format!("FAILED: {error}"),
-        RunStatus::Skipped { lease_holder } => format!("skipped: lease held by {lease_holder}"),
-    }
 }
 
 fn print_table(reports: &[KindReport]) {

@@ -267,18 +267,7 @@ async fn metrics_readiness_and_status_report_deliveries_runs_and_freshness() {
     );
     let client = reqwest::Client::new();
     let body = json!({"id": "evt_m", "type": "order.status_changed", "data": {"id": "o1", "version": 2, "status": "y"}}).to_string();
-    let ts = now();
-    let r = client
-        .post(format!("http://{addr}/webhooks/shop"))
-        .header(
-            "X-Signature",
-            sign::hmac_sha256(SHOP_SECRET.as_bytes(), ts, body.as_bytes()),
-        )
-        .header("X-Signature-Timestamp", ts.to_string())
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let r = crate::helpers::post_signed(&client, addr, &body, SHOP_SECRET).await;
     assert_eq!(r.status(), 200);
     let r = client
         .post(format!("http://{addr}/webhooks/shop"))

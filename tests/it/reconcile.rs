@@ -14,9 +14,8 @@ use webhook_reconciler::db::Db;
 use webhook_reconciler::reconcile::{KindReport, Reconciler, RunOptions, RunStatus};
 use webhook_reconciler::simulator::{Fault, SimSender, Style};
 use webhook_reconciler::store::Store;
-use webhook_reconciler::webhook::verify::sign;
 
-use crate::helpers::{Backend, SHOP_SECRET, TestDb, both_backends, eventually, now};
+use crate::helpers::{Backend, SHOP_SECRET, TestDb, both_backends, eventually};
 
 pub fn style_name(style: Style) -> &'static str {
     match style {
@@ -203,18 +202,7 @@ async fn reconcile_converges_after_partial_duplicated_reordered_webhooks_and_a_s
             let client = client.clone();
             tokio::spawn(async move {
                 let body = e.to_string();
-                let ts = now();
-                let r = client
-                    .post(format!("http://{addr}/webhooks/shop"))
-                    .header(
-                        "X-Signature",
-                        sign::hmac_sha256(SHOP_SECRET.as_bytes(), ts, body.as_bytes()),
-                    )
-                    .header("X-Signature-Timestamp", ts.to_string())
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
+                let r = crate::helpers::post_signed(&client, addr, &body, SHOP_SECRET).await;
                 assert_eq!(r.status(), 200);
             })
         })
@@ -467,18 +455,7 @@ async fn a_same_second_conflict_is_resolved_from_the_senders_current_state(b: Ba
     let mut outcomes = Vec::new();
     for (eid, status) in [("e1", "paid"), ("e2", "shipped")] {
         let body = json!({"id": eid, "type": "order.status_changed", "data": {"id": "o1", "version": 1700000000, "status": status, "amount": 4200}}).to_string();
-        let ts = now();
-        let r = client
-            .post(format!("http://{addr}/webhooks/shop"))
-            .header(
-                "X-Signature",
-                sign::hmac_sha256(SHOP_SECRET.as_bytes(), ts, body.as_bytes()),
-            )
-            .header("X-Signature-Timestamp", ts.to_string())
-            .body(body)
-            .send()
-            .await
-            .unwrap();
+        let r = crate::helpers::post_signed(&client, addr, &body, SHOP_SECRET).await;
         outcomes.push(r.json::<Value>().await.unwrap()["outcome"].clone());
     }
     assert_eq!(outcomes, [json!("applied"), json!("conflict")]);

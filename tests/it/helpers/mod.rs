@@ -137,6 +137,28 @@ pub fn refund_event(event_id: &str, refund_id: &str) -> Value {
     })
 }
 
+/// POSTs `body` to `http://{addr}/webhooks/shop`, signed with `secret` for the
+/// hmac-sha256 scheme at the current time.
+pub async fn post_signed(
+    client: &reqwest::Client,
+    addr: impl std::fmt::Display,
+    body: &str,
+    secret: &str,
+) -> reqwest::Response {
+    let ts = now();
+    client
+        .post(format!("http://{addr}/webhooks/shop"))
+        .header(
+            "X-Signature",
+            sign::hmac_sha256(secret.as_bytes(), ts, body.as_bytes()),
+        )
+        .header("X-Signature-Timestamp", ts.to_string())
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
 /// A daemon serving on 127.0.0.1:port 0 against its own database.
 pub struct TestApp {
     pub addr: SocketAddr,

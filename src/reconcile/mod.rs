@@ -461,10 +461,7 @@ impl Reconciler {
             let (sender, kind, filter) = (sender.clone(), kind.clone(), filter.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
                 let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
-                let url = sender
-                    .page_url(&kind, at.as_ref(), f)
-                    .map(|u| u.to_string());
-                (url, sender.list_page(&kind, at.as_ref(), f).await)
+                sender.list_page(&kind, at.as_ref(), f).await
             }))
         };
         let mut pending = Some(fetch(at.clone()));
@@ -481,16 +478,15 @@ impl Reconciler {
             let Some(fetching) = pending.take() else {
                 break;
             };
-            let (page_url, page) = fetching
+            let page = fetching
                 .await
-                .map_err(|e| RunError::Other(format!("page fetch task: {e}")))?;
-            let (page_url, page) = (page_url?, page?);
+                .map_err(|e| RunError::Other(format!("page fetch task: {e}")))??;
             if page.next.is_some() {
                 pending = Some(fetch(page.next.clone()));
             }
             let bad = |i: usize, e: crate::change::ExtractError| {
                 RunError::Sender(SenderError::BadPage {
-                    url: page_url.clone(),
+                    url: page.url.clone(),
                     reason: format!("item {i}: {e}"),
                 })
             };

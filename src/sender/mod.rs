@@ -117,7 +117,7 @@ impl Sender {
 
     /// The URL of the page at `at` (the first page without it), with `filter` (an
     /// incremental run's `param=value`) on every page but those the sender links to.
-    pub fn page_url(
+    fn page_url(
         &self,
         kind: &KindConfig,
         at: Option<&Next>,
@@ -161,12 +161,13 @@ impl Sender {
             url: url.to_string(),
             reason: "404 Not Found: check the kind's list path".into(),
         })?;
-        let mut page = page::parse_page(kind, &body, link.as_deref()).map_err(|reason| {
-            SenderError::BadPage {
-                url: url.to_string(),
-                reason,
-            }
-        })?;
+        let mut page =
+            page::parse_page(kind, url.as_str(), &body, link.as_deref()).map_err(|reason| {
+                SenderError::BadPage {
+                    url: url.to_string(),
+                    reason,
+                }
+            })?;
         // A relative next link is relative to the page it came from.
         if let Some(Next::Url(u)) = &page.next {
             if let Ok(abs) = url.join(u) {

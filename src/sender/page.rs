@@ -42,12 +42,19 @@ impl Next {
 /// position.
 #[derive(Debug)]
 pub struct Page {
+    /// The URL this page was fetched from (for error messages about its items).
+    pub url: String,
     pub items: Vec<Value>,
     pub next: Option<Next>,
 }
 
-/// Reads a page body. `link` is the response's `Link` header, if any.
-pub fn parse_page(kind: &KindConfig, body: &[u8], link: Option<&str>) -> Result<Page, String> {
+/// Reads a page body fetched from `url`. `link` is the response's `Link` header, if any.
+pub fn parse_page(
+    kind: &KindConfig,
+    url: &str,
+    body: &[u8],
+    link: Option<&str>,
+) -> Result<Page, String> {
     let doc: Value = serde_json::from_slice(body).map_err(|e| format!("page is not JSON: {e}"))?;
     let items = match doc.pointer(&kind.items) {
         Some(Value::Array(items)) => items.clone(),
@@ -85,7 +92,11 @@ pub fn parse_page(kind: &KindConfig, body: &[u8], link: Option<&str>) -> Result<
             Some(_) => return Err(format!("{:?} is not a boolean", kind.has_more)),
         },
     };
-    Ok(Page { items, next })
+    Ok(Page {
+        url: url.to_string(),
+        items,
+        next,
+    })
 }
 
 /// The `rel="next"` target of an RFC 8288 Link header.
@@ -127,13 +138,24 @@ mod tests {
     #[test]
     fn cursor_pages_end_on_a_null_or_missing_cursor() {
         let k = kind("cursor");
-        let p = parse_page(&k, br#"{"data":[{"id":"a"}],"next_cursor":"c2"}"#, None).unwrap();
+        let p = parse_page(
+            &k,
+            "http://x/k",
+            br#"{"data":[{"id":"a"}],"next_cursor":"c2"}"#,
+            None,
+        )
+        .unwrap();
         assert_eq!(
             (p.items.len(), p.next),
             (1, Some(Next::Cursor("c2".into())))
         );
         for last in [r#"{"data":[],"next_cursor":null}"#, r#"{"data":[]}"#] {
-            assert_eq!(parse_page(&k, last.as_bytes(), None).unwrap().next, None);
+            assert_eq!(
+                parse_page(&k, "http://x/k", last.as_bytes(), None)
+                    .unwrap()
+                    .next,
+                None
+            );
         }
     }
 
@@ -141,17 +163,17 @@ mod tests {
     fn a_page_without_items_or_not_json_is_an_error_that_says_why() {
         let k = kind("cursor");
         assert!(
-            parse_page(&k, b"<html>", None)
+            parse_page(&k, "http://x/k", b"<html>", None)
                 .unwrap_err()
                 .contains("not JSON")
         );
         assert!(
-            parse_page(&k, br#"{"items":[]}"#, None)
+            parse_page(&k, "http://x/k", br#"{"items":[]}"#, None)
                 .unwrap_err()
                 .contains("matches nothing")
         );
         assert!(
-            parse_page(&k, br#"{"data":{}}"#, None)
+            parse_page(&k, "http://x/k", br#"{"data":{}}"#, None)
                 .unwrap_err()
                 .contains("not an array")
         );
@@ -161,7 +183,7 @@ mod tests {
     fn link_pagination_follows_rel_next_only() {
         let k = kind("link");
         let h = r#"<https://api.example/o?page=1>; rel="prev", <https://api.example/o?page=3>; rel="next""#;
-        let p = parse_page(&k, br#"{"data":[]}"#, Some(h)).unwrap();
+        let p = parse_page(&k, "http://x/k", br#"{"data":[]}"#, Some(h)).unwrap();
         assert_eq!(
             p.next,
             Some(Next::Url("https://api.example/o?page=3".into()))
@@ -178,12 +200,19 @@ mod tests {
         let k = kind("stripe");
         let p = parse_page(
             &k,
+            "http://x/k",
             br#"{"data":[{"id":"a"},{"id":"b"}],"has_more":true}"#,
             None,
         )
         .unwrap();
         assert_eq!(p.next, Some(Next::StartingAfter("b".into())));
-        let p = parse_page(&k, br#"{"data":[{"id":"c"}],"has_more":false}"#, None).unwrap();
+        let p = parse_page(
+            &k,
+            "http://x/k",
+            br#"{"data":[{"id":"c"}],"has_more":false}"#,
+            None,
+        )
+        .unwrap();
         assert_eq!(p.next, None);
     }
 

@@ -147,8 +147,12 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
             },
         })
         .collect();
-    let claimed: HashSet<(String, String)> = sql::claim_many(conn, &claims)?.into_iter().collect();
-    let is_claimed = |d: &Delivery| claimed.contains(&(d.source.clone(), d.event_id.clone()));
+    let taken = sql::claim_many(conn, &claims)?;
+    let claimed: HashSet<(&str, &str)> = taken
+        .iter()
+        .map(|(s, e)| (s.as_str(), e.as_str()))
+        .collect();
+    let is_claimed = |d: &Delivery| claimed.contains(&d.event_key());
 
     let mut rows: Vec<(&Change, Option<&str>)> = deliveries
         .iter()
@@ -156,15 +160,19 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
         .filter_map(|d| d.change.as_ref().map(|c| (c, Some(d.event_id.as_str()))))
         .collect();
     rows.sort_by(|a, b| (&a.0.source, &a.0.kind, &a.0.id).cmp(&(&b.0.source, &b.0.kind, &b.0.id)));
-    let mut written: HashSet<Key> = HashSet::new();
+    let mut upserted: Vec<Key> = Vec::new();
     for chunk in rows.chunks(MAX_BATCH_ROWS) {
-        written.extend(sql::upsert_many(
+        upserted.extend(sql::upsert_many(
             conn,
             chunk,
             Origin::Webhook,
             Guard::NewerOnly,
         )?);
     }
+    let written: HashSet<(&str, &str, &str)> = upserted
+        .iter()
+        .map(|(s, k, i)| (s.as_str(), k.as_str(), i.as_str()))
+        .collect();
 
     let mut outcomes = Vec::with_capacity(deliveries.len());
     for d in deliveries {
@@ -172,7 +180,7 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
             (_, false) => Outcome::Duplicate,
             (None, true) => Outcome::Ignored,
             (Some(c), true)
-                if written.contains(&(c.source.clone(), c.kind.clone(), c.id.clone())) =>
+                if written.contains(&(c.source.as_str(), c.kind.as_str(), c.id.as_str())) =>
             {
                 Outcome::Applied
             }

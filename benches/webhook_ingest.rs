@@ -22,8 +22,9 @@ use diesel::sql_types::BigInt;
 use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, SqliteConnection, sql_query};
 use rand::seq::SliceRandom;
 use webhook_reconciler::app::Application;
+use webhook_reconciler::change::tie::Guard;
 use webhook_reconciler::config::{Backend, Config};
-use webhook_reconciler::db::sql::{Guard, claim_sql, upsert_sql};
+use webhook_reconciler::db::sql::{claim_sql, upsert_sql};
 use webhook_reconciler::webhook::verify::sign;
 
 const SECRET: &str = "bench-secret";
@@ -241,7 +242,7 @@ async fn drive(addr: std::net::SocketAddr, events: usize, concurrency: usize) ->
 /// write of one delivery in its own transaction — claim, then the guarded upsert — and a
 /// duplicate delivery (a claim that finds the id taken), weighted 1:1 like the HTTP run.
 fn pgbench_scripts(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let claim = claim_sql(Backend::Postgres, 1);
+    let claim = claim_sql(1);
     let upsert = upsert_sql(Backend::Postgres, 1, Guard::NewerOnly, true);
     let state = r#"'{"amount": 4200, "currency": "EUR", "order_id": "ord_42", "refund_id": "x"}'"#;
     let claim_of = |event_id: &str| {

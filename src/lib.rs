@@ -6,6 +6,7 @@
 //! - configuration: [`config`] (file + env -> validated `Config`), [`cli`], [`app`].
 
 pub mod app;
+pub mod bookkeeping;
 pub mod change;
 pub mod cli;
 pub mod config;

@@ -31,6 +31,35 @@ const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqli
 /// Serialises concurrent `migrate` runs of several replicas on one PostgreSQL database.
 const MIGRATION_LOCK_KEY: i64 = 0x7765_6268_6f6f_6b31; // "webhook1"
 
+/// A timestamp of the database's clock (UTC). Both backends hand it over as ISO 8601
+/// text; SQLite stores it with milliseconds, PostgreSQL with microseconds, and a value
+/// bound back must keep that form so that SQLite's text comparison stays a time
+/// comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DbTime(pub chrono::DateTime<chrono::Utc>);
+
+impl DbTime {
+    /// Reads the text a statement returned (`sql::ts_text`).
+    pub fn parse(text: &str) -> diesel::QueryResult<DbTime> {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .map(|t| DbTime(t.with_timezone(&chrono::Utc)))
+            .map_err(|e| {
+                diesel::result::Error::DeserializationError(
+                    format!("database timestamp {text:?}: {e}").into(),
+                )
+            })
+    }
+
+    /// The text bound as a parameter on `backend`.
+    pub fn to_db(self, backend: Backend) -> String {
+        let format = match backend {
+            Backend::Postgres => "%Y-%m-%dT%H:%M:%S%.6fZ",
+            Backend::Sqlite => "%Y-%m-%dT%H:%M:%S%.3fZ",
+        };
+        self.0.format(format).to_string()
+    }
+}
+
 /// A live connection to either backend.
 pub enum Conn {
     Postgres(PgConnection),

@@ -337,7 +337,7 @@ async fn diverged(
     for (kind, id) in expected.keys() {
         by_kind.entry(kind.clone()).or_default().push(id.clone());
     }
-    let mut local: BTreeMap<(String, String), sql::LocalRow> = BTreeMap::new();
+    let mut local: BTreeMap<(String, String), sql::StoredRow> = BTreeMap::new();
     for (kind, ids) in by_kind {
         let k = kind.clone();
         let rows = db
@@ -345,7 +345,7 @@ async fn diverged(
                 let mut rows = Vec::new();
                 for chunk in ids.chunks(sql::MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::local_rows(c, "shop", &k, &refs)?);
+                    rows.extend(sql::stored_rows(c, "shop", &k, &refs)?);
                 }
                 Ok(rows)
             })

@@ -2,71 +2,36 @@
 //!
 //! The listing is the sender's current state: an item is applied when it is missing
 //! here, newer at the sender, or at the same version with a different state (or a local
-//! tombstone). A row newer here was written by a webhook that overtook the listing and
-//! is never overwritten — the guarded write in `store` re-checks this in SQL, so a
+//! tombstone): the tie rule (`change::tie`) under the reconcile guard. A row newer here
+//! was written by a webhook that overtook the listing and is never overwritten — the guarded write in `store` re-checks this in SQL, so a
 //! webhook landing between this compare and the write cannot be regressed either.
 
 use std::collections::HashMap;
 
 use crate::change::Change;
-use crate::db::sql::{LocalRow, RunCounts};
-use crate::store::guard::json_equal;
+use crate::change::tie::{Guard, Relation, relation};
+use crate::db::sql::{RunCounts, StoredRow};
 
-/// How one listed item relates to the local row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    Missing,
-    NewerRemote,
-    Differing,
-    NewerLocal,
-    Equal,
+/// How one listed item relates to the local row: the tie rule's relation.
+pub fn verdict(local: Option<&StoredRow>, remote: &Change) -> Relation {
+    relation(local.map(StoredRow::view), remote)
 }
 
-impl Verdict {
-    pub fn needs_write(self) -> bool {
-        matches!(
-            self,
-            Verdict::Missing | Verdict::NewerRemote | Verdict::Differing
-        )
-    }
-}
-
-pub fn verdict(local: Option<&LocalRow>, remote: &Change) -> Verdict {
-    let Some(local) = local else {
-        return Verdict::Missing;
-    };
-    if remote.version > local.version {
-        return Verdict::NewerRemote;
-    }
-    if remote.version < local.version {
-        return Verdict::NewerLocal;
-    }
-    let same_state = match (&remote.state, &local.state) {
-        (Some(r), Some(l)) => r == l || json_equal(r, l),
-        (None, _) => true,
-        (Some(_), None) => false,
-    };
-    if same_state && !local.deleted {
-        Verdict::Equal
-    } else {
-        Verdict::Differing
-    }
-}
-
-/// Classifies a page; returns the indexes of the items to write and adds to `counts`.
-pub fn compare_page(items: &[Change], local: &[LocalRow], counts: &mut RunCounts) -> Vec<usize> {
-    let by_id: HashMap<&str, &LocalRow> = local.iter().map(|r| (r.id.as_str(), r)).collect();
+/// Classifies a page; returns the indexes of the items to write (what the reconcile
+/// guard admits) and adds to `counts`.
+pub fn compare_page(items: &[Change], local: &[StoredRow], counts: &mut RunCounts) -> Vec<usize> {
+    let by_id: HashMap<&str, &StoredRow> = local.iter().map(|r| (r.id.as_str(), r)).collect();
     let mut write = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let v = verdict(by_id.get(item.id.as_str()).copied(), item);
         match v {
-            Verdict::Missing => counts.missing += 1,
-            Verdict::NewerRemote => counts.newer_remote += 1,
-            Verdict::Differing => counts.differing += 1,
-            Verdict::NewerLocal => counts.newer_local += 1,
-            Verdict::Equal => counts.equal += 1,
+            Relation::Missing => counts.missing += 1,
+            Relation::NewerIncoming => counts.newer_remote += 1,
+            Relation::Differing => counts.differing += 1,
+            Relation::NewerStored => counts.newer_local += 1,
+            Relation::Equal => counts.equal += 1,
         }
-        if v.needs_write() {
+        if Guard::NewerOrDifferent.admits(v) {
             write.push(i);
         }
     }
@@ -90,8 +55,8 @@ mod tests {
         }
     }
 
-    fn local(id: &str, version: i64, deleted: bool, state: &str) -> LocalRow {
-        LocalRow {
+    fn local(id: &str, version: i64, deleted: bool, state: &str) -> StoredRow {
+        StoredRow {
             id: id.into(),
             version,
             deleted,
@@ -103,43 +68,43 @@ mod tests {
     fn each_relation_between_listing_and_local_row_gets_its_verdict() {
         let a = r#"{"s":"a"}"#;
         let b = r#"{"s":"b"}"#;
-        let cases: [(&str, Option<LocalRow>, Change, Verdict); 7] = [
-            ("absent here", None, remote("1", 1, a), Verdict::Missing),
+        let cases: [(&str, Option<StoredRow>, Change, Relation); 7] = [
+            ("absent here", None, remote("1", 1, a), Relation::Missing),
             (
                 "newer at the sender",
                 Some(local("1", 1, false, a)),
                 remote("1", 2, a),
-                Verdict::NewerRemote,
+                Relation::NewerIncoming,
             ),
             (
                 "newer here",
                 Some(local("1", 3, false, a)),
                 remote("1", 2, b),
-                Verdict::NewerLocal,
+                Relation::NewerStored,
             ),
             (
                 "equal",
                 Some(local("1", 2, false, a)),
                 remote("1", 2, a),
-                Verdict::Equal,
+                Relation::Equal,
             ),
             (
                 "equal, JSONB spelling",
                 Some(local("1", 2, false, r#"{"s": "a"}"#)),
                 remote("1", 2, a),
-                Verdict::Equal,
+                Relation::Equal,
             ),
             (
                 "same version, other state",
                 Some(local("1", 2, false, a)),
                 remote("1", 2, b),
-                Verdict::Differing,
+                Relation::Differing,
             ),
             (
                 "listed but tombstoned here",
                 Some(local("1", 2, true, a)),
                 remote("1", 2, a),
-                Verdict::Differing,
+                Relation::Differing,
             ),
         ];
         for (name, l, r, want) in cases {

@@ -1,38 +1,39 @@
 //! The reconcile flow for one kind: tick -> list pages -> compare -> guarded write.
 //!
 //! A run never learns why it runs (schedule, command, start-up): it takes the kind's
-//! lease, pages through the sender's listing, and per page does one bulk read of the
-//! local rows, a pure compare, and one batched guarded write of what differs — one
-//! transaction per page, so a failed run keeps the pages it applied. A run that cannot
-//! finish is `failed`, never `succeeded`; an unfinished sweep resumes from its last
-//! committed page while the sender's cursor still works.
+//! lease, plans where to start (`plan`), pages through the sender's listing and per
+//! page does one bulk read of the local rows, a pure compare and one transaction
+//! writing what differs together with the page's bookkeeping (`sweep`), then after a
+//! complete full sweep detects deletions (`deletes`). `resolve` fetches single
+//! resources to settle webhook conflicts.
+//!
+//! The flow talks to two things only: `bookkeeping` (lease, run record, checkpoint,
+//! watermark) and `store` (the rows); it runs no SQL and holds no database handle.
 //!
 //! Invariant: reconciliation writes resources only through `store` (the same guard as
-//! webhooks), and never overwrites a row that is newer locally.
+//! webhooks), and never overwrites a row that is newer locally. A run that cannot
+//! finish is `failed`, never `succeeded`.
 
 pub mod compare;
+mod deletes;
+mod plan;
+mod resolve;
 pub mod schedule;
+mod sweep;
 
-use std::collections::HashSet;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 
-use crate::change::{Change, Pointers};
+use crate::bookkeeping::Bookkeeping;
+use crate::change::Pointers;
 use crate::config::{Action, Config, KindConfig, SourceConfig};
 use crate::db::DbError;
-use crate::db::sql::{self, RunCounts};
-use crate::sender::{Next, Sender, SenderError};
+pub use crate::db::sql::{Mode, RunCounts};
+use crate::sender::{Sender, SenderError};
 use crate::store::Store;
-
-/// How many ids a dry run lists as examples.
-const DRY_RUN_EXAMPLES: usize = 10;
-/// Ids per page of the local scan of deletion detection.
-const DELETE_SCAN_PAGE: i64 = 1000;
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -65,50 +66,29 @@ pub struct KindReport {
     pub would_change: Vec<String>,
 }
 
-/// What a run lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Everything.
-    Full,
-    /// What changed since the watermark.
-    Incremental,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Full => "full",
-            Mode::Incremental => "incremental",
-        }
-    }
-}
-
-/// Where a run starts.
-struct Plan {
-    mode: Mode,
-    at: Option<Next>,
-    /// The database's clock when the sweep began (of the original run, if resumed).
-    sweep_started: String,
-    resumed: bool,
-    /// Incremental: the filter value.
-    since: Option<String>,
-}
-
-/// An incremental run's filter value: `micros` as the sender's timestamp format.
-fn format_since(micros: i64, format: crate::config::VersionFormat) -> String {
-    match format {
-        crate::config::VersionFormat::Unix => (micros.div_euclid(1_000_000)).to_string(),
-        _ => chrono::DateTime::from_timestamp_micros(micros)
-            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
-            .unwrap_or_default(),
-    }
-}
-
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     pub dry_run: bool,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error(transparent)]
+    Sender(#[from] SenderError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error("stopped by shutdown after {pages} pages; the next run resumes from there")]
+    Stopped { pages: i64 },
+    #[error(
+        "lost the lease (this process stalled longer than its lease); another replica took over"
+    )]
+    LeaseLost,
+    #[error("page fetch task: {0}")]
+    FetchTask(String),
+    #[error("no sender for source {0}")]
+    NoSender(String),
 }
 
 /// Reconciles the kinds of the configured sources.
@@ -116,18 +96,8 @@ pub struct RunOptions {
 pub struct Reconciler {
     config: Arc<Config>,
     store: Store,
+    book: Bookkeeping,
     senders: Arc<Vec<Sender>>,
-    holder: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-enum RunError {
-    #[error(transparent)]
-    Sender(#[from] SenderError),
-    #[error(transparent)]
-    Db(#[from] DbError),
-    #[error("{0}")]
-    Other(String),
 }
 
 impl Reconciler {
@@ -137,11 +107,12 @@ impl Reconciler {
             .iter()
             .map(Sender::new)
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let book = Bookkeeping::new(store.db().clone());
         Ok(Self {
             config,
             store,
+            book,
             senders: Arc::new(senders),
-            holder: holder_id(),
         })
     }
 
@@ -212,17 +183,17 @@ impl Reconciler {
             seconds: 0.0,
             would_change: Vec::new(),
         };
+        let run = sweep::Run {
+            source,
+            kind,
+            report: &mut report,
+            cancel,
+            progress,
+        };
         let result = if opts.dry_run {
-            match self.plan(source, kind, true).await {
-                Ok(plan) => {
-                    self.sweep(source, kind, plan, None, &mut report, cancel, progress)
-                        .await
-                }
-                Err(e) => Err(e),
-            }
+            self.dry_run(run).await
         } else {
-            self.leased_run(source, kind, &mut report, cancel, progress)
-                .await
+            self.leased_run(run).await
         };
         if let Err(e) = result {
             report.status = RunStatus::Failed {
@@ -230,22 +201,19 @@ impl Reconciler {
             };
         }
         report.seconds = started.elapsed().as_secs_f64();
-        match &report.status {
-            RunStatus::Succeeded if !opts.dry_run => crate::observability::record_run(
+        let recorded = match &report.status {
+            RunStatus::Succeeded => Some("succeeded"),
+            RunStatus::Failed { .. } => Some("failed"),
+            RunStatus::Skipped { .. } => None,
+        };
+        if let (Some(status), false) = (recorded, opts.dry_run) {
+            crate::observability::record_run(
                 &source.name,
                 &kind.name,
-                "succeeded",
+                status,
                 &report.counts,
                 started.elapsed(),
-            ),
-            RunStatus::Failed { .. } if !opts.dry_run => crate::observability::record_run(
-                &source.name,
-                &kind.name,
-                "failed",
-                &report.counts,
-                started.elapsed(),
-            ),
-            _ => {}
+            );
         }
         match &report.status {
             RunStatus::Succeeded => {
@@ -263,427 +231,6 @@ impl Reconciler {
         }
         report
     }
-
-    async fn leased_run(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        report: &mut KindReport,
-        cancel: &CancellationToken,
-        progress: &(dyn Fn(&RunCounts) + Send + Sync),
-    ) -> Result<(), RunError> {
-        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
-        let ttl = source.reconcile.lease_ttl.as_secs_f64();
-        let holder = self
-            .store
-            .db()
-            .write(move |c| sql::acquire_lease(c, &s, &k, &me, ttl))
-            .await?;
-        if holder != self.holder {
-            report.status = RunStatus::Skipped {
-                lease_holder: holder,
-            };
-            return Ok(());
-        }
-        let result = self
-            .planned_run(source, kind, report, cancel, progress)
-            .await;
-        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
-        // Best effort: if the database is gone the lease expires by itself.
-        if let Err(e) = self
-            .store
-            .db()
-            .write(move |c| sql::release_lease(c, &s, &k, &me))
-            .await
-        {
-            tracing::warn!(error = %e, "could not release the reconcile lease");
-        }
-        result
-    }
-
-    async fn planned_run(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        report: &mut KindReport,
-        cancel: &CancellationToken,
-        progress: &(dyn Fn(&RunCounts) + Send + Sync),
-    ) -> Result<(), RunError> {
-        let plan = self.plan(source, kind, false).await?;
-        let (s, k, mode) = (source.name.clone(), kind.name.clone(), plan.mode.as_str());
-        let run_id = self
-            .store
-            .db()
-            .write(move |c| sql::start_run(c, &s, &k, mode))
-            .await?;
-        let mut result = self
-            .sweep(source, kind, plan, Some(run_id), report, cancel, progress)
-            .await;
-        // A resume point the sender no longer accepts (an expired cursor) must not
-        // wedge the kind: start the sweep over from the first page, in this same run.
-        if let Err(RunError::Sender(
-            e @ (SenderError::Refused { .. } | SenderError::BadPage { .. }),
-        )) = &result
-        {
-            if report.resumed && report.counts.pages == 0 {
-                tracing::warn!(source = source.name, kind = kind.name, error = %e, "the sender refused the resume point; starting the sweep over");
-                let (s, k) = (source.name.clone(), kind.name.clone());
-                self.store
-                    .db()
-                    .write(move |c| sql::set_checkpoint(c, &s, &k, None))
-                    .await?;
-                let plan = self.plan(source, kind, false).await?;
-                result = self
-                    .sweep(source, kind, plan, Some(run_id), report, cancel, progress)
-                    .await;
-            }
-        }
-        let (status, error) = match &result {
-            Ok(()) => ("succeeded", None),
-            Err(e) => ("failed", Some(e.to_string())),
-        };
-        let counts = report.counts;
-        // Best effort: if the database is gone, the run stays `running` and the next
-        // run of the kind marks it abandoned.
-        let end = self
-            .store
-            .db()
-            .write(move |c| sql::update_run(c, run_id, status, &counts, error.as_deref()))
-            .await;
-        if let Err(e) = end {
-            tracing::warn!(error = %e, "could not record the end of the reconcile run");
-        }
-        result
-    }
-
-    /// Pages through the listing; `run_id` is `None` for a dry run (which writes
-    /// nothing, not even its run).
-    /// Decides what this run lists: a full sweep (resumed from a checkpoint when one
-    /// is left), or, for an incremental kind whose full sweep is not due, what changed
-    /// since the watermark minus the overlap.
-    async fn plan(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        dry_run: bool,
-    ) -> Result<Plan, RunError> {
-        let (s, k) = (source.name.clone(), kind.name.clone());
-        let full_every = kind
-            .incremental
-            .as_ref()
-            .map_or(0.0, |i| i.full_every.as_secs_f64());
-        let (checkpoint, state, now) = self
-            .store
-            .db()
-            .read(move |c| {
-                Ok((
-                    sql::checkpoint(c, &s, &k)?,
-                    sql::sweep_state(c, &s, &k, full_every)?,
-                    sql::db_now(c)?,
-                ))
-            })
-            .await?;
-        if let (Some(inc), false, Some(watermark)) =
-            (&kind.incremental, state.full_due, state.watermark)
-        {
-            let overlap = i64::try_from(inc.overlap.as_micros()).unwrap_or(i64::MAX);
-            return Ok(Plan {
-                mode: Mode::Incremental,
-                at: None,
-                sweep_started: now,
-                resumed: false,
-                since: Some(format_since(watermark.saturating_sub(overlap), inc.format)),
-            });
-        }
-        // Resume an unfinished sweep where it stopped; its start still bounds deletion
-        // detection, but a resumed sweep did not see the earlier pages, so it detects
-        // no deletions. A dry run always starts from the beginning.
-        let resume = checkpoint
-            .as_ref()
-            .and_then(|c| Next::decode(&c.position).map(|n| (n, c.sweep_started_at.clone())))
-            .filter(|_| !dry_run);
-        Ok(match resume {
-            Some((next, started)) => Plan {
-                mode: Mode::Full,
-                at: Some(next),
-                sweep_started: started,
-                resumed: true,
-                since: None,
-            },
-            None => Plan {
-                mode: Mode::Full,
-                at: None,
-                sweep_started: now,
-                resumed: false,
-                since: None,
-            },
-        })
-    }
-
-    /// Pages through the listing as planned; `run_id` is `None` for a dry run (which
-    /// writes nothing, not even its run).
-    #[allow(clippy::too_many_arguments)] // the run's context, passed down once
-    async fn sweep(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        plan: Plan,
-        run_id: Option<i64>,
-        report: &mut KindReport,
-        cancel: &CancellationToken,
-        progress: &(dyn Fn(&RunCounts) + Send + Sync),
-    ) -> Result<(), RunError> {
-        let sender = self
-            .sender(&source.name)
-            .ok_or_else(|| RunError::Other(format!("no sender for source {}", source.name)))?;
-        let db = self.store.db().clone();
-        let Plan {
-            mode,
-            mut at,
-            sweep_started,
-            resumed,
-            since,
-        } = plan;
-        report.resumed = resumed;
-        report.mode = mode;
-        let detect = kind.detect_deletes && mode == Mode::Full && !resumed && run_id.is_some();
-        let mut seen = SeenIds::default();
-        let mut watermark: Option<i64> = None;
-        let pointers = item_pointers(kind);
-        let filter: Option<(String, String)> = match (&kind.incremental, since) {
-            (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
-            _ => None,
-        };
-        // The next page is fetched while the current one is compared and written, so
-        // the sender's latency and our database work overlap; two pages at most are in
-        // memory.
-        let fetch = |at: Option<Next>| {
-            let (sender, kind, filter) = (sender.clone(), kind.clone(), filter.clone());
-            AbortOnDropHandle::new(tokio::spawn(async move {
-                let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
-                sender.list_page(&kind, at.as_ref(), f).await
-            }))
-        };
-        let mut pending = Some(fetch(at.clone()));
-        loop {
-            if cancel.is_cancelled() {
-                return Err(RunError::Other(format!(
-                    "stopped by shutdown after {} pages; the next run resumes from there",
-                    report.counts.pages
-                )));
-            }
-            if run_id.is_some() {
-                self.renew_lease(source, kind).await?;
-            }
-            let Some(fetching) = pending.take() else {
-                break;
-            };
-            let page = fetching
-                .await
-                .map_err(|e| RunError::Other(format!("page fetch task: {e}")))??;
-            if page.next.is_some() {
-                pending = Some(fetch(page.next.clone()));
-            }
-            let bad = |i: usize, e: crate::change::ExtractError| {
-                RunError::Sender(SenderError::BadPage {
-                    url: page.url.clone(),
-                    reason: format!("item {i}: {e}"),
-                })
-            };
-            let mut changes: Vec<Change> = Vec::with_capacity(page.items.len());
-            for (i, item) in page.items.iter().enumerate() {
-                changes.push(
-                    pointers
-                        .read(item, &source.name, &kind.name)
-                        .map_err(|e| bad(i, e))?,
-                );
-                if let Some(inc) = &kind.incremental {
-                    let t = crate::change::read_version(item, &inc.field, inc.format)
-                        .map_err(|e| bad(i, e))?;
-                    watermark = Some(watermark.map_or(t, |w| w.max(t)));
-                }
-            }
-            drop(page.items);
-            if detect {
-                for c in &changes {
-                    seen.insert(&c.id);
-                }
-            }
-            self.apply_page(source, kind, changes, run_id.is_none(), report)
-                .await?;
-            report.counts.pages += 1;
-            progress(&report.counts);
-            at = page.next;
-            if let Some(run_id) = run_id {
-                let (s, k, counts) = (source.name.clone(), kind.name.clone(), report.counts);
-                // Only full sweeps are worth resuming; an incremental run restarts from
-                // its watermark.
-                let position = at.as_ref().filter(|_| mode == Mode::Full).map(Next::encode);
-                let started = sweep_started.clone();
-                db.write(move |c| {
-                    sql::set_checkpoint(
-                        c,
-                        &s,
-                        &k,
-                        position.as_deref().map(|p| (p, started.as_str())),
-                    )?;
-                    sql::update_run(c, run_id, "running", &counts, None)
-                })
-                .await?;
-            }
-            if at.is_none() {
-                break;
-            }
-        }
-        if detect {
-            report.counts.tombstoned = self
-                .detect_deletes(source, kind, &seen, &sweep_started)
-                .await? as i64;
-        }
-        if run_id.is_some() && kind.incremental.is_some() {
-            let (s, k) = (source.name.clone(), kind.name.clone());
-            let full_started = (mode == Mode::Full).then_some(sweep_started);
-            db.write(move |c| sql::save_sweep_state(c, &s, &k, watermark, full_started.as_deref()))
-                .await?;
-        }
-        Ok(())
-    }
-
-    async fn apply_page(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        changes: Vec<Change>,
-        dry_run: bool,
-        report: &mut KindReport,
-    ) -> Result<(), RunError> {
-        let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
-        let (s, k) = (source.name.clone(), kind.name.clone());
-        let local = self
-            .store
-            .db()
-            .read(move |c| {
-                let mut rows = Vec::with_capacity(ids.len());
-                for chunk in ids.chunks(sql::MAX_IN_LIST) {
-                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::local_rows(c, &s, &k, &refs)?);
-                }
-                Ok(rows)
-            })
-            .await?;
-        let write = compare::compare_page(&changes, &local, &mut report.counts);
-        if write.is_empty() {
-            return Ok(());
-        }
-        if dry_run {
-            report.counts.applied += write.len() as i64;
-            for i in write {
-                if report.would_change.len() < DRY_RUN_EXAMPLES {
-                    report.would_change.push(changes[i].id.clone());
-                }
-            }
-            return Ok(());
-        }
-        let mut changes = changes;
-        let batch: Vec<Change> = write
-            .into_iter()
-            .rev()
-            .map(|i| changes.swap_remove(i))
-            .collect();
-        let written = self.store.apply_batch(batch).await?;
-        report.counts.applied += written.len() as i64;
-        Ok(())
-    }
-
-    async fn renew_lease(&self, source: &SourceConfig, kind: &KindConfig) -> Result<(), RunError> {
-        let (s, k, me) = (source.name.clone(), kind.name.clone(), self.holder.clone());
-        let ttl = source.reconcile.lease_ttl.as_secs_f64();
-        let ours = self
-            .store
-            .db()
-            .write(move |c| sql::renew_lease(c, &s, &k, &me, ttl))
-            .await?;
-        if ours {
-            Ok(())
-        } else {
-            Err(RunError::Other(
-                "lost the lease (this process stalled longer than its lease); another replica took over".into(),
-            ))
-        }
-    }
-
-    /// After a complete sweep: live rows not seen and not written since the sweep began
-    /// are gone at the sender.
-    async fn detect_deletes(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        seen: &SeenIds,
-        sweep_started: &str,
-    ) -> Result<usize, RunError> {
-        let mut after = String::new();
-        let mut total = 0;
-        loop {
-            let (s, k, b, a) = (
-                source.name.clone(),
-                kind.name.clone(),
-                sweep_started.to_string(),
-                after.clone(),
-            );
-            let ids = self
-                .store
-                .db()
-                .read(move |c| sql::live_ids_before(c, &s, &k, &b, &a, DELETE_SCAN_PAGE))
-                .await?;
-            let Some(last) = ids.last().cloned() else {
-                break;
-            };
-            let gone: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
-            if !gone.is_empty() {
-                total += self
-                    .store
-                    .tombstone(
-                        source.name.clone(),
-                        kind.name.clone(),
-                        gone,
-                        sweep_started.to_string(),
-                    )
-                    .await?;
-            }
-            after = last;
-        }
-        Ok(total)
-    }
-
-    /// Fetches one resource from the sender and applies it (conflict resolution).
-    pub async fn resolve(&self, source: &str, kind: &str, id: &str) -> Result<bool, String> {
-        let Some((s, k)) = self
-            .config
-            .sources
-            .iter()
-            .filter(|s| s.name == source)
-            .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
-            .find(|(_, k)| k.name == kind)
-        else {
-            return Err(format!("unknown kind {source}/{kind}"));
-        };
-        if k.get.is_none() {
-            return Ok(false);
-        }
-        let sender = self.sender(source).ok_or("no sender")?;
-        let Some(item) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
-            return Ok(false);
-        };
-        let change = item_pointers(k)
-            .read(&item, &s.name, &k.name)
-            .map_err(|e| format!("GET {id}: {e}"))?;
-        let written = self
-            .store
-            .apply_batch(vec![change])
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(!written.is_empty())
-    }
 }
 
 /// How a list item of `kind` reads as a change.
@@ -695,38 +242,4 @@ fn item_pointers(kind: &KindConfig) -> Pointers<'_> {
         version_format: kind.version_format,
         action: Action::Upsert,
     }
-}
-
-/// The ids seen by a sweep, as 64-bit hashes: 8 bytes an item whatever the id's length.
-/// A collision can only make a deleted row look seen, which keeps it (the safe side).
-#[derive(Default)]
-struct SeenIds {
-    hashes: HashSet<u64>,
-    state: std::collections::hash_map::RandomState,
-}
-
-impl SeenIds {
-    fn hash(&self, id: &str) -> u64 {
-        self.state.hash_one(id)
-    }
-
-    fn insert(&mut self, id: &str) {
-        let h = self.hash(id);
-        self.hashes.insert(h);
-    }
-
-    fn contains(&self, id: &str) -> bool {
-        self.hashes.contains(&self.hash(id))
-    }
-}
-
-fn holder_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "host".into());
-    format!(
-        "{host}:{}:{:08x}",
-        std::process::id(),
-        rand::random::<u32>()
-    )
 }

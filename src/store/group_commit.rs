@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{Delivery, Outcome, apply_deliveries};
+use crate::change::ResourceKey;
 use crate::db::{Db, DbError};
 
 /// Concurrent writer transactions on PostgreSQL: enough to overlap one transaction's
@@ -81,7 +82,7 @@ async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
 /// statement cannot claim an id or update a row twice), keeping arrival order per key.
 fn rounds(jobs: Vec<Job>) -> Vec<Vec<Job>> {
     let mut rounds: Vec<Vec<Job>> = Vec::new();
-    let mut last_round: HashMap<String, usize> = HashMap::new();
+    let mut last_round: HashMap<RoundKey, usize> = HashMap::new();
     for job in jobs {
         let keys = keys(&job.delivery);
         let round = keys
@@ -100,12 +101,21 @@ fn rounds(jobs: Vec<Job>) -> Vec<Vec<Job>> {
     rounds
 }
 
-fn keys(d: &Delivery) -> Vec<String> {
-    // \u{1f} cannot clash with ids: the separator only has to be unambiguous per part
-    // count, and event keys and resource keys have different part counts.
-    let mut keys = vec![format!("e\u{1f}{}\u{1f}{}", d.source, d.event_id)];
-    if let Some((s, k, i)) = d.resource_key() {
-        keys.push(format!("r\u{1f}{s}\u{1f}{k}\u{1f}{i}"));
+/// What one transaction may touch only once: an event id, a resource.
+#[derive(PartialEq, Eq, Hash)]
+enum RoundKey {
+    Event(String, String),
+    Resource(ResourceKey),
+}
+
+fn keys(d: &Delivery) -> Vec<RoundKey> {
+    let mut keys = vec![RoundKey::Event(d.source.clone(), d.event_id.clone())];
+    if let Some(key) = d.resource_key() {
+        keys.push(RoundKey::Resource(ResourceKey::new(
+            key.source.to_string(),
+            key.kind.to_string(),
+            key.id.to_string(),
+        )));
     }
     keys
 }

@@ -1,145 +1,57 @@
-//! The version guard's rules, as pure functions. The SQL in `db::sql` applies a strictly
-//! newer version atomically; when it did not apply, these rules say why.
+//! The webhook path's labels for a change the guarded upsert did not apply. Pure; the
+//! rule itself is `change::tie` (and its SQL twin `db::sql::guard_condition`).
 
-use serde_json::Value;
+pub use crate::change::tie::Guard;
+use crate::change::tie::{Relation, Stored, relation};
+use crate::change::{Change, Outcome};
 
-use crate::change::Change;
-use crate::config::Action;
-use crate::db::sql::StoredRow;
-
-use super::Outcome;
-
-/// Outcome of a webhook change the guarded upsert did not apply.
+/// Outcome of a webhook change the guarded upsert ([`Guard::NewerOnly`]) did not apply:
 ///
 /// - stored version newer: `stale`;
 /// - equal version, same state and deletion flag: `stale` (a replay with a new event id);
 /// - equal version, anything different: `conflict` — senders with whole-second
 ///   timestamps emit several states within one second, and neither can be trusted to be
 ///   the latest, so the row is kept and the sender's current state decides later.
-pub fn classify_unapplied(stored: &StoredRow, incoming: &Change) -> Outcome {
-    if stored.version > incoming.version {
-        return Outcome::Stale;
-    }
-    let same_deletion = stored.deleted == (incoming.action == Action::Delete);
-    let same_state = match (&incoming.state, &stored.state) {
-        // A delete without state says nothing about the state.
-        (None, _) => true,
-        (Some(a), Some(b)) => json_equal(a, b),
-        (Some(_), None) => false,
-    };
-    if stored.version == incoming.version && same_deletion && same_state {
-        Outcome::Stale
-    } else {
-        Outcome::Conflict
-    }
-}
-
-/// Compares JSON documents by value: PostgreSQL's JSONB text differs from our canonical
-/// text in whitespace and key order.
-pub fn json_equal(a: &str, b: &str) -> bool {
-    match (
-        serde_json::from_str::<Value>(a),
-        serde_json::from_str::<Value>(b),
-    ) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
+pub fn classify_unapplied(stored: Option<Stored<'_>>, incoming: &Change) -> Outcome {
+    match relation(stored, incoming) {
+        Relation::NewerStored | Relation::Equal => Outcome::Stale,
+        // Differing is the rule's conflict; Missing and NewerIncoming cannot reach here
+        // (the upsert would have applied them) unless the row changed under us, and then
+        // the sender's current state decides too.
+        Relation::Differing | Relation::Missing | Relation::NewerIncoming => Outcome::Conflict,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn change(version: i64, state: Option<&str>, action: Action) -> Change {
-        Change {
-            source: "s".into(),
-            kind: "k".into(),
-            id: "1".into(),
-            version,
-            state: state.map(String::from),
-            action,
-        }
-    }
-
-    fn stored(version: i64, deleted: bool, state: Option<&str>) -> StoredRow {
-        StoredRow {
-            version,
-            deleted,
-            state: state.map(String::from),
-        }
-    }
+    use crate::change::tie::truth_table;
 
     #[test]
-    fn unapplied_changes_are_classified_by_the_documented_tie_rule() {
-        use Action::{Delete, Upsert};
-        use Outcome::{Conflict, Stale};
-        let a = r#"{"status":"paid"}"#;
-        let a_pg = r#"{"status": "paid"}"#;
-        let b = r#"{"status":"refunded"}"#;
-        let cases = [
-            (
-                "older version",
-                stored(5, false, Some(a)),
-                change(4, Some(b), Upsert),
-                Stale,
-            ),
-            (
-                "equal version, same state",
-                stored(5, false, Some(a)),
-                change(5, Some(a), Upsert),
-                Stale,
-            ),
-            (
-                "equal version, same state in JSONB's spelling",
-                stored(5, false, Some(a_pg)),
-                change(5, Some(a), Upsert),
-                Stale,
-            ),
-            (
-                "equal version, other state",
-                stored(5, false, Some(a)),
-                change(5, Some(b), Upsert),
-                Conflict,
-            ),
-            (
-                "equal version, delete of a live row",
-                stored(5, false, Some(a)),
-                change(5, None, Delete),
-                Conflict,
-            ),
-            (
-                "equal version, delete of a tombstone",
-                stored(5, true, Some(a)),
-                change(5, None, Delete),
-                Stale,
-            ),
-            (
-                "equal version, upsert over a tombstone",
-                stored(5, true, Some(a)),
-                change(5, Some(a), Upsert),
-                Conflict,
-            ),
-            (
-                "older delete",
-                stored(5, false, Some(a)),
-                change(3, None, Delete),
-                Stale,
-            ),
-            (
-                "insert-once, same content",
-                stored(0, false, Some(a)),
-                change(0, Some(a), Upsert),
-                Stale,
-            ),
-            (
-                "insert-once, other content",
-                stored(0, false, Some(a)),
-                change(0, Some(b), Upsert),
-                Conflict,
-            ),
-        ];
-        for (name, s, c, want) in cases {
-            assert_eq!(classify_unapplied(&s, &c), want, "{name}");
+    fn unapplied_webhook_changes_are_stale_or_conflicts_by_the_tie_rule() {
+        for case in truth_table() {
+            let Some((version, deleted, state)) = case.stored else {
+                continue;
+            };
+            let stored = Stored {
+                version,
+                deleted,
+                state,
+            };
+            let incoming = case.incoming("s", "k", "1");
+            if Guard::NewerOnly.admits(case.relation) {
+                continue;
+            }
+            let want = match case.relation {
+                Relation::Differing => Outcome::Conflict,
+                _ => Outcome::Stale,
+            };
+            assert_eq!(
+                classify_unapplied(Some(stored), &incoming),
+                want,
+                "{}",
+                case.name
+            );
         }
     }
 }

@@ -12,42 +12,16 @@ pub mod retention;
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde::Serialize;
-
-use crate::change::{Change, Origin};
+use crate::bookkeeping::PageMark;
+use crate::change::{Change, Origin, ResourceKey};
 use crate::config::Backend;
-use crate::db::sql::{self, Claim, Guard, Key, MAX_BATCH_ROWS};
-use crate::db::{Conn, Db, DbError};
+use crate::db::sql::StoredRow;
+use crate::db::sql::{self, Claim, MAX_BATCH_ROWS};
+use crate::db::{Conn, Db, DbError, DbTime};
 use group_commit::GroupCommit;
+use guard::Guard;
 
-/// What happened to one event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// Claimed, and the state written.
-    Applied,
-    /// The event id was claimed before: a retry of something done.
-    Duplicate,
-    /// Claimed; the stored version is newer (or equal with the same state).
-    Stale,
-    /// Claimed; equal version with a different state. Kept as is, resolved from the
-    /// sender's current state.
-    Conflict,
-    /// Claimed; the event type is not mapped to any kind.
-    Ignored,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "applied",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Stale => "stale",
-            Outcome::Conflict => "conflict",
-            Outcome::Ignored => "ignored",
-        }
-    }
-}
+pub use crate::change::Outcome;
 
 /// One authentic webhook event, ready to apply.
 #[derive(Debug, Clone)]
@@ -64,10 +38,8 @@ impl Delivery {
         (&self.source, &self.event_id)
     }
 
-    fn resource_key(&self) -> Option<(&str, &str, &str)> {
-        self.change
-            .as_ref()
-            .map(|c| (c.source.as_str(), c.kind.as_str(), c.id.as_str()))
+    fn resource_key(&self) -> Option<ResourceKey<&str>> {
+        self.change.as_ref().map(Change::key)
     }
 }
 
@@ -101,11 +73,59 @@ impl Store {
         self.commits.submit(delivery).await
     }
 
-    /// Applies many states (a reconcile page) in one transaction under the reconcile
-    /// guard: newer versions, or equal versions whose state differs. Returns the keys
-    /// written. For a repeated key only the highest version is considered.
-    pub async fn apply_batch(&self, changes: Vec<Change>) -> Result<Vec<Key>, DbError> {
+    /// Applies many states in one transaction under the reconcile guard: newer
+    /// versions, or equal versions whose state differs. Returns the keys written. For a
+    /// repeated key only the highest version is considered.
+    pub async fn apply_batch(&self, changes: Vec<Change>) -> Result<Vec<ResourceKey>, DbError> {
         self.db.write(move |conn| apply_batch(conn, &changes)).await
+    }
+
+    /// A reconcile page: [`Self::apply_batch`] and the run's bookkeeping for the page
+    /// (`mark`) in one transaction. Returns how many rows were written.
+    pub async fn apply_page(&self, changes: Vec<Change>, mark: PageMark) -> Result<usize, DbError> {
+        self.db
+            .write(move |conn| {
+                let written = apply_batch(conn, &changes)?.len();
+                mark.record(conn, written)?;
+                Ok(written)
+            })
+            .await
+    }
+
+    /// The stored rows of `ids` of one kind (one bulk read per [`sql::MAX_IN_LIST`] ids).
+    pub async fn stored_rows(
+        &self,
+        source: &str,
+        kind: &str,
+        ids: Vec<String>,
+    ) -> Result<Vec<StoredRow>, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db
+            .read(move |c| {
+                let mut rows = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(sql::MAX_IN_LIST) {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    rows.extend(sql::stored_rows(c, &s, &k, &refs)?);
+                }
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// Live ids of a kind last written before `before`, in id order after `after`, at
+    /// most `limit` (the keyset scan of deletion detection).
+    pub async fn live_ids_before(
+        &self,
+        source: &str,
+        kind: &str,
+        before: DbTime,
+        after: String,
+        limit: i64,
+    ) -> Result<Vec<String>, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db
+            .read(move |c| sql::live_ids_before(c, &s, &k, before, &after, limit))
+            .await
     }
 
     /// Keeps an authentic delivery that could not be read, with the reason.
@@ -141,9 +161,9 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
             // The common case, recorded up front; stale and conflict are corrected
             // below, in this same transaction.
             outcome: if d.change.is_some() {
-                "applied"
+                Outcome::Applied
             } else {
-                "ignored"
+                Outcome::Ignored
             },
         })
         .collect();
@@ -159,8 +179,8 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
         .filter(|d| is_claimed(d))
         .filter_map(|d| d.change.as_ref().map(|c| (c, Some(d.event_id.as_str()))))
         .collect();
-    rows.sort_by(|a, b| (&a.0.source, &a.0.kind, &a.0.id).cmp(&(&b.0.source, &b.0.kind, &b.0.id)));
-    let mut upserted: Vec<Key> = Vec::new();
+    rows.sort_by(|a, b| a.0.key().cmp(&b.0.key()));
+    let mut upserted: Vec<ResourceKey> = Vec::new();
     for chunk in rows.chunks(MAX_BATCH_ROWS) {
         upserted.extend(sql::upsert_many(
             conn,
@@ -169,29 +189,20 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
             Guard::NewerOnly,
         )?);
     }
-    let written: HashSet<(&str, &str, &str)> = upserted
-        .iter()
-        .map(|(s, k, i)| (s.as_str(), k.as_str(), i.as_str()))
-        .collect();
+    let written: HashSet<ResourceKey<&str>> = upserted.iter().map(ResourceKey::as_ref).collect();
 
     let mut outcomes = Vec::with_capacity(deliveries.len());
     for d in deliveries {
         let outcome = match (&d.change, is_claimed(d)) {
             (_, false) => Outcome::Duplicate,
             (None, true) => Outcome::Ignored,
-            (Some(c), true)
-                if written.contains(&(c.source.as_str(), c.kind.as_str(), c.id.as_str())) =>
-            {
-                Outcome::Applied
-            }
+            (Some(c), true) if written.contains(&c.key()) => Outcome::Applied,
             (Some(c), true) => {
                 // The guard left the row alone, so it exists and this transaction holds
                 // its lock (PostgreSQL) or the database's (SQLite): the read is current.
-                let outcome = match sql::stored_resource(conn, &c.source, &c.kind, &c.id)? {
-                    Some(stored) => guard::classify_unapplied(&stored, c),
-                    None => Outcome::Conflict,
-                };
-                sql::set_event_outcome(conn, &d.source, &d.event_id, outcome.as_str())?;
+                let stored = sql::stored_resource(conn, c.key())?;
+                let outcome = guard::classify_unapplied(stored.as_ref().map(|s| s.view()), c);
+                sql::set_event_outcome(conn, &d.source, &d.event_id, outcome)?;
                 outcome
             }
         };
@@ -200,12 +211,12 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
     Ok(outcomes)
 }
 
-fn apply_batch(conn: &mut Conn, changes: &[Change]) -> diesel::QueryResult<Vec<Key>> {
+fn apply_batch(conn: &mut Conn, changes: &[Change]) -> diesel::QueryResult<Vec<ResourceKey>> {
     // One row per resource (PostgreSQL refuses to update a row twice in one statement),
     // in key order so that two batches lock rows in the same order and cannot deadlock.
-    let mut latest: BTreeMap<(&str, &str, &str), &Change> = BTreeMap::new();
+    let mut latest: BTreeMap<ResourceKey<&str>, &Change> = BTreeMap::new();
     for ch in changes {
-        let key = (ch.source.as_str(), ch.kind.as_str(), ch.id.as_str());
+        let key = ch.key();
         match latest.get(&key) {
             Some(prev) if prev.version >= ch.version => {}
             _ => {
@@ -231,17 +242,18 @@ impl Store {
     /// detection after a complete sweep). Returns how many were marked.
     pub async fn tombstone(
         &self,
-        source: String,
-        kind: String,
+        source: &str,
+        kind: &str,
         ids: Vec<String>,
-        before: String,
+        before: DbTime,
     ) -> Result<usize, DbError> {
+        let (source, kind) = (source.to_string(), kind.to_string());
         self.db
             .write(move |conn| {
                 let mut n = 0;
                 for chunk in ids.chunks(sql::MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    n += sql::tombstone(conn, &source, &kind, &refs, &before)?;
+                    n += sql::tombstone(conn, &source, &kind, &refs, before)?;
                 }
                 Ok(n)
             })

@@ -13,4 +13,5 @@ mod operations;
 mod process;
 mod reconcile;
 mod store;
+mod tie_rule;
 mod webhook_http;

@@ -350,7 +350,7 @@ async fn the_batch_applies_newer_and_different_states_but_never_older_ones(b: Ba
         .await
         .unwrap()
         .into_iter()
-        .map(|(_, _, id)| id)
+        .map(|k| k.id)
         .collect();
     written.sort();
     assert_eq!(written, ["a", "c", "e"]);

@@ -2,7 +2,10 @@
 //! pure rules that read it out of JSON: ids, versions (integer or timestamp), state.
 //!
 //! Both flows produce a [`Change`] and hand it to `store`; nothing here touches the
-//! database.
+//! database. `tie` holds the tie rule both flows obey, in Rust (its SQL twin is
+//! `db::sql::guard_condition`).
+
+pub mod tie;
 
 use chrono::DateTime;
 use serde_json::Value;
@@ -25,6 +28,58 @@ impl Origin {
     }
 }
 
+/// What happened to one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Claimed, and the state written.
+    Applied,
+    /// The event id was claimed before: a retry of something done.
+    Duplicate,
+    /// Claimed; the stored version is newer (or equal with the same state).
+    Stale,
+    /// Claimed; equal version with a different state. Kept as is, resolved from the
+    /// sender's current state.
+    Conflict,
+    /// Claimed; the event type is not mapped to any kind.
+    Ignored,
+}
+
+impl Outcome {
+    /// The value stored in `processed_events.outcome` and answered to the sender.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Stale => "stale",
+            Outcome::Conflict => "conflict",
+            Outcome::Ignored => "ignored",
+        }
+    }
+}
+
+/// A resource's primary key `(source, kind, id)`: owned (`ResourceKey`) or borrowed
+/// (`ResourceKey<&str>`). Ordered by source, kind, id — the order in which writers lock
+/// rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceKey<S = String> {
+    pub source: S,
+    pub kind: S,
+    pub id: S,
+}
+
+impl<S> ResourceKey<S> {
+    pub fn new(source: S, kind: S, id: S) -> Self {
+        Self { source, kind, id }
+    }
+}
+
+impl ResourceKey<String> {
+    pub fn as_ref(&self) -> ResourceKey<&str> {
+        ResourceKey::new(&self.source, &self.kind, &self.id)
+    }
+}
+
 /// One resource's state at one version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -37,6 +92,12 @@ pub struct Change {
     /// no state, which keeps the stored state under the tombstone.
     pub state: Option<String>,
     pub action: Action,
+}
+
+impl Change {
+    pub fn key(&self) -> ResourceKey<&str> {
+        ResourceKey::new(&self.source, &self.kind, &self.id)
+    }
 }
 
 /// Why a value could not be read; becomes a 422 and a dead letter on the webhook path, a

@@ -1,0 +1,117 @@
+//! `processed_events` (the claim that makes a delivery idempotent) and `dead_letters`.
+
+use diesel::RunQueryDsl;
+use diesel::sql_types::Text;
+
+use super::{now, query};
+use crate::db::{Conn, on_conn};
+use crate::store::Outcome;
+
+/// The claim statement for `rows` events: `(source, event_id, event_type, outcome)` per
+/// row; returns the `(source, event_id)` pairs this statement claimed.
+pub fn claim_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ",
+    );
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        let p = r * 4;
+        sql.push_str(&format!("(${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4));
+    }
+    sql.push_str(" ON CONFLICT (source, event_id) DO NOTHING RETURNING source, event_id");
+    sql
+}
+
+/// One event to claim, with the outcome recorded if the claim is taken.
+pub struct Claim<'a> {
+    pub source: &'a str,
+    pub event_id: &'a str,
+    pub event_type: &'a str,
+    pub outcome: Outcome,
+}
+
+#[derive(diesel::QueryableByName)]
+struct ClaimedRow {
+    #[diesel(sql_type = Text)]
+    source: String,
+    #[diesel(sql_type = Text)]
+    event_id: String,
+}
+
+/// Claims event ids; returns the `(source, event_id)` pairs taken by this call (the
+/// others were claimed before: duplicates). On PostgreSQL a concurrent claim of the same
+/// id waits until the other transaction ends, then finds it taken (or takes it, if the
+/// other rolled back). Callers pass distinct ids, sorted, so that two transactions
+/// claiming overlapping sets wait on each other in the same order and cannot deadlock.
+pub fn claim_many(
+    conn: &mut Conn,
+    claims: &[Claim<'_>],
+) -> diesel::QueryResult<Vec<(String, String)>> {
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let q = query(conn.backend(), &claim_sql(claims.len()));
+    let rows: Vec<ClaimedRow> = on_conn!(conn, c => {
+        let mut q = q.into_boxed();
+        for cl in claims {
+            q = q
+                .bind::<Text, _>(cl.source)
+                .bind::<Text, _>(cl.event_id)
+                .bind::<Text, _>(cl.event_type)
+                .bind::<Text, _>(cl.outcome.as_str());
+        }
+        q.load(c)
+    })?;
+    Ok(rows.into_iter().map(|r| (r.source, r.event_id)).collect())
+}
+
+/// Records the final outcome of a claimed event when it was not `applied`.
+pub fn set_event_outcome(
+    conn: &mut Conn,
+    source: &str,
+    event_id: &str,
+    outcome: Outcome,
+) -> diesel::QueryResult<()> {
+    let q = query(
+        conn.backend(),
+        "UPDATE processed_events SET outcome = $3 WHERE source = $1 AND event_id = $2",
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(event_id)
+        .bind::<Text, _>(outcome.as_str())
+        .execute(c))?;
+    Ok(())
+}
+
+/// Keeps an authentic delivery we could not read. Repeats of the same event id update
+/// the row (attempts, last reason) instead of piling up.
+pub fn record_dead_letter(
+    conn: &mut Conn,
+    source: &str,
+    event_id: &str,
+    event_type: &str,
+    reason: &str,
+    body: &str,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "INSERT INTO dead_letters (source, event_id, event_type, reason, body) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (source, event_id) DO UPDATE SET event_type = excluded.event_type, reason = excluded.reason, \
+             body = excluded.body, attempts = dead_letters.attempts + 1, last_seen_at = {}",
+            now(b)
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(event_id)
+        .bind::<Text, _>(event_type)
+        .bind::<Text, _>(reason)
+        .bind::<Text, _>(body)
+        .execute(c))?;
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! Every SQL statement the product runs, one file per table family, each statement
+//! showing both backends side by side.
+//!
+//! | file | tables |
+//! | --- | --- |
+//! | `events` | `processed_events` (the claim), `dead_letters` |
+//! | `resources` | `resources`: the guarded upsert (the tie rule in SQL), local reads, tombstones |
+//! | `runs` | reconcile bookkeeping: `reconcile_runs`, `reconcile_leases`, `reconcile_checkpoints`, `reconcile_state` |
+//! | `retention` | bounded deletes, `prune_runs` |
+//! | `status` | read-only summaries for `status`, `/readyz` and metrics |
+//!
+//! Placeholders are written one way, PostgreSQL's `$n`, and [`query`] turns them into
+//! SQLite's `?n` (which binds by the same number), so no statement is written twice
+//! just for its placeholders. Where the backends really differ (JSONB casts,
+//! `IS DISTINCT FROM`, clock functions) the statement says so with a `match`.
+//! Statements never contain a literal `$`.
+
+mod events;
+mod resources;
+mod retention;
+mod runs;
+mod status;
+
+pub use events::*;
+pub use resources::*;
+pub use retention::*;
+pub use runs::*;
+pub use status::*;
+
+use diesel::query_builder::SqlQuery;
+use diesel::sql_query;
+use diesel::sql_types::{BigInt, Text};
+
+use crate::config::Backend;
+
+/// A statement written with `$n` placeholders, ready for `backend`.
+pub(crate) fn query(backend: Backend, sql: &str) -> SqlQuery {
+    match backend {
+        Backend::Postgres => sql_query(sql),
+        Backend::Sqlite => sql_query(sql.replace('$', "?")),
+    }
+}
+
+/// The database clock's "now", as each backend stores timestamps.
+fn now(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "now()",
+        Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+    }
+}
+
+/// `now + $n seconds`.
+fn plus_seconds(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Postgres => format!("now() + make_interval(secs => ${n})"),
+        Backend::Sqlite => {
+            format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || ${n} || ' seconds')")
+        }
+    }
+}
+
+/// `now - $n seconds`.
+fn minus_seconds(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Postgres => format!("now() - make_interval(secs => ${n})"),
+        Backend::Sqlite => {
+            format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || ${n} || ' seconds')")
+        }
+    }
+}
+
+/// A bound timestamp parameter `$n` (ISO 8601 UTC text) compared with a stored one.
+fn ts_param(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Postgres => format!("${n}::timestamptz"),
+        Backend::Sqlite => format!("${n}"),
+    }
+}
+
+/// A stored timestamp column as ISO 8601 UTC text with microseconds, the form
+/// [`crate::db::DbTime`] parses on both backends.
+fn ts_text(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Postgres => {
+            format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+        }
+        Backend::Sqlite => column.to_string(),
+    }
+}
+
+/// `$first, $first+1, ..` for an `IN (..)` list of `n` values.
+fn in_list(first: usize, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("${}", first + i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Most ids one `IN (..)` list carries.
+pub const MAX_IN_LIST: usize = 1000;
+
+#[derive(diesel::QueryableByName)]
+struct TextValue {
+    #[diesel(sql_type = Text)]
+    v: String,
+}
+
+#[derive(diesel::QueryableByName)]
+struct RunId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}

@@ -1,0 +1,290 @@
+//! `resources`: the guarded upsert (the tie rule, in SQL), the reads the guard and the
+//! compare step need, and deletion detection's scan and tombstones.
+
+use diesel::RunQueryDsl;
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
+
+use super::{in_list, now, query, ts_param};
+use crate::change::tie::Guard;
+use crate::change::{Change, Origin, ResourceKey};
+use crate::config::{Action, Backend};
+use crate::db::{Conn, DbTime, on_conn};
+
+const COLUMNS_PER_ROW: usize = 8;
+
+const RESOURCE_COLUMNS: &str =
+    "INSERT INTO resources (source, kind, id, version, state, deleted, origin, last_event_id)";
+
+/// `INSERT .. ON CONFLICT DO UPDATE .. WHERE <guard>` for `rows` resources.
+/// The guard is evaluated against the row as it is when the statement locks it, so a
+/// concurrent writer can never make an older version win.
+pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) -> String {
+    let mut sql = String::with_capacity(300 + rows * 60);
+    sql.push_str(RESOURCE_COLUMNS);
+    sql.push_str(" VALUES ");
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        let p = r * COLUMNS_PER_ROW;
+        let state = match backend {
+            Backend::Postgres => format!("${}::jsonb", p + 5),
+            Backend::Sqlite => format!("${}", p + 5),
+        };
+        sql.push_str(&format!(
+            "(${}, ${}, ${}, ${}, {state}, ${}, ${}, ${})",
+            p + 1,
+            p + 2,
+            p + 3,
+            p + 4,
+            p + 6,
+            p + 7,
+            p + 8
+        ));
+    }
+    sql.push_str(&conflict_clause(backend, guard));
+    if returning {
+        sql.push_str(" RETURNING source, kind, id");
+    }
+    sql
+}
+
+/// The tie rule in SQL — the one SQL definition of [`Guard`], mirrored in Rust by
+/// [`crate::store::guard::Relation`]; `tests/it/tie_rule.rs` runs one truth table
+/// through both, on both backends.
+///
+/// The WHERE of `ON CONFLICT .. DO UPDATE`: strictly newer always; with
+/// [`Guard::NewerOrDifferent`] also an equal version whose deletion flag or state
+/// differs (a delete without state says nothing about the state).
+pub fn guard_condition(backend: Backend, guard: Guard) -> String {
+    let mut sql = "resources.version < excluded.version".to_string();
+    if guard == Guard::NewerOrDifferent {
+        let distinct = match backend {
+            Backend::Postgres => "IS DISTINCT FROM",
+            Backend::Sqlite => "IS NOT",
+        };
+        sql.push_str(&format!(
+            " OR (resources.version = excluded.version AND (resources.deleted <> excluded.deleted \
+             OR (excluded.state IS NOT NULL AND resources.state {distinct} excluded.state)))"
+        ));
+    }
+    sql
+}
+
+/// The version guard: `ON CONFLICT .. DO UPDATE .. WHERE`, shared by every resource write.
+fn conflict_clause(backend: Backend, guard: Guard) -> String {
+    format!(
+        " ON CONFLICT (source, kind, id) DO UPDATE SET \
+         version = excluded.version, \
+         state = COALESCE(excluded.state, resources.state), \
+         deleted = excluded.deleted, \
+         origin = excluded.origin, \
+         last_event_id = excluded.last_event_id, \
+         updated_at = {} \
+         WHERE {}",
+        now(backend),
+        guard_condition(backend, guard)
+    )
+}
+
+#[derive(diesel::QueryableByName)]
+struct KeyRow {
+    #[diesel(sql_type = Text)]
+    source: String,
+    #[diesel(sql_type = Text)]
+    kind: String,
+    #[diesel(sql_type = Text)]
+    id: String,
+}
+
+/// Upserts resources in one statement under the guard; returns the keys written.
+/// `rows` pairs each change with the event that carries it (none on the reconcile path).
+/// Callers pass distinct keys (PostgreSQL refuses to touch one row twice in a statement)
+/// sorted by key (so concurrent writers lock rows in one order), and at most
+/// [`MAX_BATCH_ROWS`] of them.
+pub fn upsert_many(
+    conn: &mut Conn,
+    rows: &[(&Change, Option<&str>)],
+    origin: Origin,
+    guard: Guard,
+) -> diesel::QueryResult<Vec<ResourceKey>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let b = conn.backend();
+    let q = query(b, &upsert_sql(b, rows.len(), guard, true));
+    let written: Vec<KeyRow> = on_conn!(conn, c => {
+        let mut q = q.into_boxed();
+        for (ch, event_id) in rows {
+            q = q
+                .bind::<Text, _>(ch.source.as_str())
+                .bind::<Text, _>(ch.kind.as_str())
+                .bind::<Text, _>(ch.id.as_str())
+                .bind::<BigInt, _>(ch.version)
+                .bind::<Nullable<Text>, _>(ch.state.as_deref())
+                .bind::<Bool, _>(ch.action == Action::Delete)
+                .bind::<Text, _>(origin.as_str())
+                .bind::<Nullable<Text>, _>(*event_id);
+        }
+        q.load(c)
+    })?;
+    Ok(written
+        .into_iter()
+        .map(|r| ResourceKey::new(r.source, r.kind, r.id))
+        .collect())
+}
+
+/// Most rows [`upsert_many`] takes in one statement (8 binds a row; SQLite allows
+/// 32 766 binds, PostgreSQL 65 535).
+pub const MAX_BATCH_ROWS: usize = 1000;
+
+/// A resource row as stored, as the tie rule needs it.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct StoredRow {
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = BigInt)]
+    pub version: i64,
+    #[diesel(sql_type = Bool)]
+    pub deleted: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state: Option<String>,
+}
+
+fn state_text(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "state::text AS state",
+        Backend::Sqlite => "state",
+    }
+}
+
+/// One stored row.
+pub fn stored_resource(
+    conn: &mut Conn,
+    key: ResourceKey<&str>,
+) -> diesel::QueryResult<Option<StoredRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT id, version, deleted, {} FROM resources WHERE source = $1 AND kind = $2 AND id = $3",
+            state_text(b)
+        ),
+    );
+    let mut rows: Vec<StoredRow> = on_conn!(conn, c => q
+        .bind::<Text, _>(key.source)
+        .bind::<Text, _>(key.kind)
+        .bind::<Text, _>(key.id)
+        .load(c))?;
+    Ok(rows.pop())
+}
+
+/// The stored rows of `ids` (one bulk read per call; at most [`MAX_IN_LIST`](super::MAX_IN_LIST) ids).
+pub fn stored_rows(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    ids: &[&str],
+) -> diesel::QueryResult<Vec<StoredRow>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT id, version, deleted, {} FROM resources WHERE source = $1 AND kind = $2 AND id IN ({})",
+            state_text(b),
+            in_list(3, ids.len())
+        ),
+    );
+    on_conn!(conn, c => {
+        let mut q = q.into_boxed().bind::<Text, _>(source).bind::<Text, _>(kind);
+        for id in ids {
+            q = q.bind::<Text, _>(*id);
+        }
+        q.load(c)
+    })
+}
+
+#[derive(diesel::QueryableByName)]
+struct IdOnly {
+    #[diesel(sql_type = Text)]
+    id: String,
+}
+
+/// Live (not deleted) ids of a kind last written before `before`, in id order after
+/// `after`: the keyset scan of deletion detection.
+pub fn live_ids_before(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    before: DbTime,
+    after: &str,
+    limit: i64,
+) -> diesel::QueryResult<Vec<String>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT id FROM resources WHERE source = $1 AND kind = $2 AND NOT deleted AND updated_at < {} AND id > $4 ORDER BY id LIMIT $5",
+            ts_param(b, 3)
+        ),
+    );
+    let rows: Vec<IdOnly> = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(before.to_db(b))
+        .bind::<Text, _>(after)
+        .bind::<BigInt, _>(limit)
+        .load(c))?;
+    Ok(rows.into_iter().map(|r| r.id).collect())
+}
+
+/// Marks `ids` deleted (keeping version and state) unless they were written at or after
+/// `before`: a row changed since the sweep began was seen by a webhook and stays.
+pub fn tombstone(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    ids: &[&str],
+    before: DbTime,
+) -> diesel::QueryResult<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE resources SET deleted = {t}, origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
+             WHERE source = $1 AND kind = $2 AND NOT deleted AND updated_at < {before} AND id IN ({ids})",
+            t = if b == Backend::Postgres { "true" } else { "1" },
+            now = now(b),
+            before = ts_param(b, 3),
+            ids = in_list(4, ids.len()),
+        ),
+    );
+    on_conn!(conn, c => {
+        let mut q = q
+            .into_boxed()
+            .bind::<Text, _>(source)
+            .bind::<Text, _>(kind)
+            .bind::<Text, _>(before.to_db(b));
+        for id in ids {
+            q = q.bind::<Text, _>(*id);
+        }
+        q.execute(c)
+    })
+}
+
+impl StoredRow {
+    /// The row as the tie rule sees it.
+    pub fn view(&self) -> crate::change::tie::Stored<'_> {
+        crate::change::tie::Stored {
+            version: self.version,
+            deleted: self.deleted,
+            state: self.state.as_deref(),
+        }
+    }
+}

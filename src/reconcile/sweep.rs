@@ -1,0 +1,242 @@
+//! One run of one kind: take the lease, record the run, and page through the listing;
+//! per page one bulk read of the local rows, the pure compare, and one transaction that
+//! writes what differs together with the page's bookkeeping.
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::deletes::SeenIds;
+use super::plan::Plan;
+use super::{KindReport, Mode, Reconciler, RunCounts, RunError, RunStatus, compare, item_pointers};
+use crate::bookkeeping::{Lease, RunId};
+use crate::change::Change;
+use crate::config::{KindConfig, SourceConfig};
+use crate::db::sql::RunState;
+use crate::sender::{Next, SenderError};
+
+/// How many ids a dry run lists as examples.
+const DRY_RUN_EXAMPLES: usize = 10;
+
+/// The context of one run, passed down once.
+pub(super) struct Run<'a> {
+    pub source: &'a SourceConfig,
+    pub kind: &'a KindConfig,
+    pub report: &'a mut KindReport,
+    pub cancel: &'a CancellationToken,
+    pub progress: &'a (dyn Fn(&RunCounts) + Send + Sync),
+}
+
+impl Reconciler {
+    /// A dry run: no lease, no run record, nothing written.
+    pub(super) async fn dry_run(&self, mut run: Run<'_>) -> Result<(), RunError> {
+        let plan = self.plan(run.source, run.kind, true).await?;
+        self.sweep(&mut run, plan, None).await
+    }
+
+    pub(super) async fn leased_run(&self, mut run: Run<'_>) -> Result<(), RunError> {
+        let (s, k) = (&run.source.name, &run.kind.name);
+        let ttl = run.source.reconcile.lease_ttl;
+        if let Lease::HeldBy(holder) = self.book.acquire_lease(s, k, ttl).await? {
+            run.report.status = RunStatus::Skipped {
+                lease_holder: holder,
+            };
+            return Ok(());
+        }
+        let result = self.recorded_run(&mut run).await;
+        // Best effort: if the database is gone the lease expires by itself.
+        if let Err(e) = self.book.release_lease(s, k).await {
+            tracing::warn!(error = %e, "could not release the reconcile lease");
+        }
+        result
+    }
+
+    /// A leased run with its `reconcile_runs` row.
+    async fn recorded_run(&self, run: &mut Run<'_>) -> Result<(), RunError> {
+        let (source, kind) = (run.source, run.kind);
+        let plan = self.plan(source, kind, false).await?;
+        let run_id = self
+            .book
+            .start_run(&source.name, &kind.name, plan.mode)
+            .await?;
+        let mut result = self.sweep(run, plan, Some(run_id)).await;
+        // A resume point the sender no longer accepts (an expired cursor) must not
+        // wedge the kind: start the sweep over from the first page, in this same run.
+        if let Err(RunError::Sender(
+            e @ (SenderError::Refused { .. } | SenderError::BadPage { .. }),
+        )) = &result
+        {
+            if run.report.resumed && run.report.counts.pages == 0 {
+                tracing::warn!(source = source.name, kind = kind.name, error = %e, "the sender refused the resume point; starting the sweep over");
+                self.book.clear_checkpoint(&source.name, &kind.name).await?;
+                let plan = self.plan(source, kind, false).await?;
+                result = self.sweep(run, plan, Some(run_id)).await;
+            }
+        }
+        let (status, error) = match &result {
+            Ok(()) => (RunState::Succeeded, None),
+            Err(e) => (RunState::Failed, Some(e.to_string())),
+        };
+        // Best effort: if the database is gone, the run stays `running` and the next
+        // run of the kind marks it abandoned.
+        if let Err(e) = self
+            .book
+            .finish_run(run_id, status, run.report.counts, error)
+            .await
+        {
+            tracing::warn!(error = %e, "could not record the end of the reconcile run");
+        }
+        result
+    }
+
+    /// Pages through the listing as planned; `run_id` is `None` for a dry run (which
+    /// writes nothing, not even its run).
+    async fn sweep(
+        &self,
+        run: &mut Run<'_>,
+        plan: Plan,
+        run_id: Option<RunId>,
+    ) -> Result<(), RunError> {
+        let (source, kind) = (run.source, run.kind);
+        let sender = self
+            .sender(&source.name)
+            .ok_or_else(|| RunError::NoSender(source.name.clone()))?;
+        let Plan {
+            mode,
+            mut at,
+            sweep_started,
+            resumed,
+            since,
+        } = plan;
+        run.report.resumed = resumed;
+        run.report.mode = mode;
+        let detect = kind.detect_deletes && mode == Mode::Full && !resumed && run_id.is_some();
+        let mut seen = SeenIds::default();
+        let mut watermark: Option<i64> = None;
+        let pointers = item_pointers(kind);
+        let filter: Option<(String, String)> = match (&kind.incremental, since) {
+            (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
+            _ => None,
+        };
+        // The next page is fetched while the current one is compared and written, so
+        // the sender's latency and our database work overlap; two pages at most are in
+        // memory.
+        let fetch = |at: Option<Next>| {
+            let (sender, kind, filter) = (sender.clone(), kind.clone(), filter.clone());
+            AbortOnDropHandle::new(tokio::spawn(async move {
+                let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
+                sender.list_page(&kind, at.as_ref(), f).await
+            }))
+        };
+        let mut pending = Some(fetch(at.clone()));
+        loop {
+            if run.cancel.is_cancelled() {
+                return Err(RunError::Stopped {
+                    pages: run.report.counts.pages,
+                });
+            }
+            if run_id.is_some() {
+                let ttl = source.reconcile.lease_ttl;
+                if !self.book.renew_lease(&source.name, &kind.name, ttl).await? {
+                    return Err(RunError::LeaseLost);
+                }
+            }
+            let Some(fetching) = pending.take() else {
+                break;
+            };
+            let page = fetching
+                .await
+                .map_err(|e| RunError::FetchTask(e.to_string()))??;
+            if page.next.is_some() {
+                pending = Some(fetch(page.next.clone()));
+            }
+            let bad = |i: usize, e: crate::change::ExtractError| {
+                RunError::Sender(SenderError::BadPage {
+                    url: page.url.clone(),
+                    reason: format!("item {i}: {e}"),
+                })
+            };
+            let mut changes: Vec<Change> = Vec::with_capacity(page.items.len());
+            for (i, item) in page.items.iter().enumerate() {
+                changes.push(
+                    pointers
+                        .read(item, &source.name, &kind.name)
+                        .map_err(|e| bad(i, e))?,
+                );
+                if let Some(inc) = &kind.incremental {
+                    let t = crate::change::read_version(item, &inc.field, inc.format)
+                        .map_err(|e| bad(i, e))?;
+                    watermark = Some(watermark.map_or(t, |w| w.max(t)));
+                }
+            }
+            drop(page.items);
+            if detect {
+                for c in &changes {
+                    seen.insert(&c.id);
+                }
+            }
+            at = page.next;
+            // Only full sweeps are worth resuming; an incremental run restarts from its
+            // watermark.
+            let resume_at = at
+                .as_ref()
+                .filter(|_| mode == Mode::Full)
+                .map(|n| (n.encode(), sweep_started));
+            self.page(run, changes, run_id, resume_at).await?;
+            (run.progress)(&run.report.counts);
+            if at.is_none() {
+                break;
+            }
+        }
+        if detect {
+            run.report.counts.tombstoned = self
+                .detect_deletes(source, kind, &seen, sweep_started)
+                .await? as i64;
+        }
+        if run_id.is_some() && kind.incremental.is_some() {
+            let full_started = (mode == Mode::Full).then_some(sweep_started);
+            self.book
+                .advance_watermark(&source.name, &kind.name, watermark, full_started)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One page: read the local rows, compare, and (unless a dry run) commit the drift
+    /// with the page's bookkeeping in one transaction.
+    async fn page(
+        &self,
+        run: &mut Run<'_>,
+        changes: Vec<Change>,
+        run_id: Option<RunId>,
+        resume_at: Option<(String, crate::db::DbTime)>,
+    ) -> Result<(), RunError> {
+        let (source, kind) = (&run.source.name, &run.kind.name);
+        let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
+        let local = self.store.stored_rows(source, kind, ids).await?;
+        // The counts become the run's only once the page is committed.
+        let mut counts = run.report.counts;
+        let write = compare::compare_page(&changes, &local, &mut counts);
+        counts.pages += 1;
+        let Some(run_id) = run_id else {
+            counts.applied += write.len() as i64;
+            for i in write {
+                if run.report.would_change.len() < DRY_RUN_EXAMPLES {
+                    run.report.would_change.push(changes[i].id.clone());
+                }
+            }
+            run.report.counts = counts;
+            return Ok(());
+        };
+        let mut changes = changes;
+        let batch: Vec<Change> = write
+            .into_iter()
+            .rev()
+            .map(|i| changes.swap_remove(i))
+            .collect();
+        let mark = self.book.page_mark(run_id, source, kind, resume_at, counts);
+        let written = self.store.apply_page(batch, mark).await?;
+        counts.applied += written as i64;
+        run.report.counts = counts;
+        Ok(())
+    }
+}

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-/// The file format, section by section. Defaults are the ones SPEC.md documents.
+use super::types::{Action, LogFormat, Pagination, SchemeName, VersionFormat};
+
+/// The file format, section by section. A key left out is `None` here; its default is
+/// in `super::defaults`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
@@ -20,85 +23,44 @@ pub struct RawConfig {
     pub sources: BTreeMap<String, RawSource>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawDatabase {
-    pub url: String,
-    pub max_connections: u32,
-    pub migrate: bool,
+    pub url: Option<String>,
+    pub max_connections: Option<u32>,
+    pub migrate: Option<bool>,
     /// How long a request waits for a database connection before answering 503.
-    pub acquire_timeout: String,
+    pub acquire_timeout: Option<String>,
     /// How long SQLite waits for another writer's lock before giving up.
-    pub busy_timeout: String,
+    pub busy_timeout: Option<String>,
 }
 
-impl Default for RawDatabase {
-    fn default() -> Self {
-        Self {
-            url: "sqlite://webhook-reconciler.db".into(),
-            max_connections: 16,
-            migrate: true,
-            acquire_timeout: "5s".into(),
-            busy_timeout: "10s".into(),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawHttp {
-    pub listen: String,
-    pub max_body: String,
+    pub listen: Option<String>,
+    pub max_body: Option<String>,
 }
 
-impl Default for RawHttp {
-    fn default() -> Self {
-        Self {
-            listen: "127.0.0.1:8080".into(),
-            max_body: "1MiB".into(),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRetention {
-    pub every: String,
+    pub every: Option<String>,
     /// Rows deleted per statement (each batch is its own short transaction).
-    pub batch: u32,
+    pub batch: Option<u32>,
     /// Finished reconcile runs are kept this long.
-    pub reconcile_runs: String,
+    pub reconcile_runs: Option<String>,
     /// Dead letters are kept this long after their last delivery.
-    pub dead_letters: String,
+    pub dead_letters: Option<String>,
 }
 
-impl Default for RawRetention {
-    fn default() -> Self {
-        Self {
-            every: "1h".into(),
-            batch: 5000,
-            reconcile_runs: "30d".into(),
-            dead_letters: "30d".into(),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLog {
     /// `auto` (human on a terminal, JSON otherwise), `human` or `json`.
-    pub format: String,
+    pub format: LogFormat,
     /// A tracing filter such as `info` or `webhook_reconciler=debug`; `RUST_LOG` wins.
-    pub level: String,
-}
-
-impl Default for RawLog {
-    fn default() -> Self {
-        Self {
-            format: "auto".into(),
-            level: "info".into(),
-        }
-    }
+    pub level: Option<String>,
 }
 
 /// Where a secret comes from. A literal string is accepted (handy in an environment
@@ -143,7 +105,7 @@ pub struct RawSource {
 #[serde(deny_unknown_fields, default)]
 pub struct RawWebhook {
     pub path: Option<String>,
-    pub scheme: Option<String>,
+    pub scheme: Option<SchemeName>,
     pub secrets: Vec<RawSecret>,
     pub tolerance: Option<String>,
     /// hmac-sha256 only: the header carrying the hex signature (default `X-Signature`).
@@ -180,7 +142,7 @@ pub struct RawReconcile {
 #[serde(deny_unknown_fields)]
 pub struct RawKind {
     pub list: Option<String>,
-    pub pagination: Option<String>,
+    pub pagination: Option<Pagination>,
     pub items: Option<String>,
     pub next_cursor: Option<String>,
     pub cursor_param: Option<String>,
@@ -191,7 +153,7 @@ pub struct RawKind {
     pub starting_after_param: Option<String>,
     pub id: Option<String>,
     pub version: Option<String>,
-    pub version_format: Option<String>,
+    pub version_format: Option<VersionFormat>,
     pub state: Option<String>,
     pub get: Option<String>,
     #[serde(default)]
@@ -207,7 +169,7 @@ pub struct RawEvent {
     pub id: String,
     pub version: Option<String>,
     pub state: Option<String>,
-    pub action: Option<String>,
+    pub action: Option<Action>,
 }
 
 /// Incremental reconciliation of a kind: list only what changed since a watermark.
@@ -221,7 +183,7 @@ pub struct RawIncremental {
     pub field: Option<String>,
     /// `rfc3339` or `unix`: how `field` is read and `param` written (default: the
     /// kind's version_format when that is a timestamp).
-    pub format: Option<String>,
+    pub format: Option<VersionFormat>,
     /// How far before the watermark each run starts again (sender clock skew, late
     /// commits); default 5m.
     pub overlap: Option<String>,

@@ -1,4 +1,5 @@
 use super::*;
+use std::time::Duration;
 
 /// SPEC.md's example, with literal secrets instead of env/file references.
 const SPEC_EXAMPLE: &str = r#"

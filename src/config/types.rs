@@ -1,0 +1,248 @@
+//! The validated configuration: what the rest of the crate reads. Built only by
+//! `validate`, so a value of these types is always valid.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::WebhookSecret;
+
+/// Database backend chosen by the URL scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    /// The URL as given; it may carry a password, so it is never logged (see [`Self::redacted_url`]).
+    pub url: SecretString,
+    pub backend: Backend,
+    pub max_connections: u32,
+    pub migrate: bool,
+    pub acquire_timeout: Duration,
+    pub busy_timeout: Duration,
+    pub(super) redacted: String,
+}
+
+impl DatabaseConfig {
+    /// The URL without its password, for logs and messages.
+    pub fn redacted_url(&self) -> &str {
+        &self.redacted
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+    pub max_body: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    pub every: Duration,
+    pub batch: u32,
+    pub reconcile_runs: Duration,
+    pub dead_letters: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human on a terminal, JSON otherwise.
+    #[default]
+    Auto,
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+/// The signature scheme a sender uses; see `webhook::verify`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheme {
+    HmacSha256 {
+        signature_header: String,
+        timestamp_header: String,
+    },
+    StandardWebhooks,
+    Stripe,
+    Github,
+    /// No verification at all; only with `insecure_no_signature = true`.
+    None,
+}
+
+/// A scheme's name as written in `webhook.scheme`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum SchemeName {
+    #[default]
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    #[serde(rename = "standard-webhooks")]
+    StandardWebhooks,
+    #[serde(rename = "stripe")]
+    Stripe,
+    #[serde(rename = "github")]
+    Github,
+    #[serde(rename = "none")]
+    None,
+}
+
+impl Scheme {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scheme::HmacSha256 { .. } => "hmac-sha256",
+            Scheme::StandardWebhooks => "standard-webhooks",
+            Scheme::Stripe => "stripe",
+            Scheme::Github => "github",
+            Scheme::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub path: String,
+    pub scheme: Scheme,
+    /// All accepted secrets; more than one while a rotation is under way.
+    pub secrets: Vec<WebhookSecret>,
+    /// Accepted distance between the signed timestamp and our clock, past and future.
+    pub tolerance: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Schedule {
+    Every(Duration),
+    Cron(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ReconcileConfig {
+    pub schedule: Option<Schedule>,
+    pub page_size: u32,
+    /// Per request to the sender (connect and whole response).
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub max_retry_wait: Duration,
+    pub jitter: Duration,
+    pub run_at_start: bool,
+    pub stale_after: Option<Duration>,
+    pub lease_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pagination {
+    /// `next_cursor` in the body, sent back as `cursor=`.
+    #[default]
+    Cursor,
+    /// RFC 8288 `Link: <..>; rel="next"`.
+    Link,
+    Stripe,
+}
+
+/// How a version field is turned into the integer the guard compares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VersionFormat {
+    #[default]
+    Integer,
+    /// RFC 3339 timestamp, stored as microseconds since the epoch.
+    Rfc3339,
+    /// Unix seconds (integer or fractional), stored as microseconds since the epoch.
+    Unix,
+}
+
+/// What an event does to its resource.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    #[default]
+    Upsert,
+    /// Tombstone: the row stays, marked deleted, so an older create cannot revive it.
+    Delete,
+}
+
+/// Incremental listing of a kind between full sweeps.
+#[derive(Debug, Clone)]
+pub struct IncrementalConfig {
+    pub param: String,
+    pub field: String,
+    /// `Rfc3339` or `Unix`.
+    pub format: VersionFormat,
+    pub overlap: Duration,
+    pub full_every: Duration,
+}
+
+/// JSON pointers into one webhook event type's envelope.
+#[derive(Debug, Clone)]
+pub struct EventMapping {
+    pub id: String,
+    /// `None` for an insert-once kind (version 0).
+    pub version: Option<String>,
+    /// `None` for a delete that carries no state.
+    pub state: Option<String>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone)]
+pub struct KindConfig {
+    pub name: String,
+    pub list: Option<String>,
+    pub pagination: Pagination,
+    pub items: String,
+    pub next_cursor: String,
+    pub cursor_param: String,
+    pub limit_param: String,
+    pub has_more: String,
+    pub starting_after_param: String,
+    pub id: String,
+    pub version: Option<String>,
+    pub version_format: VersionFormat,
+    pub state: String,
+    pub get: Option<String>,
+    pub detect_deletes: bool,
+    pub incremental: Option<IncrementalConfig>,
+    /// Event type -> mapping.
+    pub events: BTreeMap<String, EventMapping>,
+}
+
+impl KindConfig {
+    /// A kind without a version field is insert-once: webhooks never overwrite it.
+    pub fn versioned(&self) -> bool {
+        self.version.is_some() || self.events.values().any(|e| e.version.is_some())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub name: String,
+    pub retry_window: Duration,
+    /// How long processed event ids are kept: 2 × retry_window unless overridden.
+    pub retention: Duration,
+    pub requests_per_second: f64,
+    pub api_base: Option<String>,
+    pub api_token: Option<SecretString>,
+    pub insecure_no_signature: bool,
+    pub webhook: WebhookConfig,
+    pub reconcile: ReconcileConfig,
+    pub kinds: Vec<KindConfig>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub http: HttpConfig,
+    pub retention: RetentionConfig,
+    pub log: LogConfig,
+    pub sources: Vec<SourceConfig>,
+}

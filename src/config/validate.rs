@@ -1,0 +1,638 @@
+//! Validation: the raw configuration becomes a [`Config`] — durations parsed, secrets
+//! resolved, cross-field rules checked — with every problem reported against its dotted
+//! key, all of them in one run.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use super::raw::{self, RawConfig, RawEvent, RawKind, RawSource};
+use super::types::*;
+use super::{ConfigError, Problem, WebhookSecret, defaults, secret};
+
+/// Collects problems so that one run reports all of them, not the first only.
+#[derive(Default)]
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn fail(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, key: &str, text: &str) -> Option<Duration> {
+        match parse_duration(text) {
+            Ok(d) if d.is_zero() => {
+                self.fail(key, format!("{text:?} is zero; give a positive duration"));
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.fail(key, e);
+                None
+            }
+        }
+    }
+
+    fn opt_duration(&mut self, key: &str, text: Option<&str>, default: Duration) -> Duration {
+        match text {
+            Some(t) => self.duration(key, t).unwrap_or(default),
+            None => default,
+        }
+    }
+
+    fn pointer(&mut self, key: &str, pointer: &str) -> String {
+        if !(pointer.is_empty() || pointer.starts_with('/')) {
+            self.fail(
+                key,
+                format!(
+                    "{pointer:?} is not a JSON pointer; it must be empty or start with '/', e.g. \"/data/id\""
+                ),
+            );
+        }
+        pointer.to_string()
+    }
+}
+
+/// Parses `30s`, `5m`, `24h`, `3d`, `1h 30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!(
+            "{text:?} is not a duration ({e}); write it like \"30s\", \"5m\", \"24h\" or \"3d\""
+        )
+    })
+}
+
+pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut c = Checker::default();
+
+    let db = &raw.database;
+    let url = db.url.as_deref().unwrap_or(defaults::DATABASE_URL);
+    let (backend, redacted) = match database_backend(url) {
+        Ok(v) => v,
+        Err(msg) => {
+            c.fail("database.url", msg);
+            (Backend::Sqlite, String::new())
+        }
+    };
+    let max_connections = db.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
+    if max_connections == 0 {
+        c.fail("database.max_connections", "must be at least 1");
+    }
+    let database = DatabaseConfig {
+        url: SecretString::from(url.to_string()),
+        backend,
+        max_connections: max_connections.max(1),
+        migrate: db.migrate.unwrap_or(defaults::MIGRATE),
+        acquire_timeout: c.opt_duration(
+            "database.acquire_timeout",
+            db.acquire_timeout.as_deref(),
+            defaults::ACQUIRE_TIMEOUT,
+        ),
+        busy_timeout: c.opt_duration(
+            "database.busy_timeout",
+            db.busy_timeout.as_deref(),
+            defaults::BUSY_TIMEOUT,
+        ),
+        redacted,
+    };
+
+    let listen_text = raw.http.listen.as_deref().unwrap_or(defaults::LISTEN);
+    let listen = match listen_text.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => {
+            c.fail(
+                "http.listen",
+                format!(
+                    "{listen_text:?} is not an address; write it as IP:PORT, e.g. \"127.0.0.1:8080\""
+                ),
+            );
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+    };
+    let max_body_text = raw.http.max_body.as_deref().unwrap_or(defaults::MAX_BODY);
+    let max_body = match max_body_text.parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() > 0 => usize::try_from(b.as_u64()).unwrap_or(usize::MAX),
+        _ => {
+            c.fail(
+                "http.max_body",
+                format!("{max_body_text:?} is not a size; write it like \"1MiB\" or \"256KiB\""),
+            );
+            0
+        }
+    };
+    let r = &raw.retention;
+    let batch = r.batch.unwrap_or(defaults::RETENTION_BATCH);
+    if batch == 0 || batch > defaults::MAX_RETENTION_BATCH {
+        c.fail(
+            "retention.batch",
+            format!("use 1 to {} rows per batch", defaults::MAX_RETENTION_BATCH),
+        );
+    }
+    let retention = RetentionConfig {
+        every: c.opt_duration(
+            "retention.every",
+            r.every.as_deref(),
+            defaults::RETENTION_EVERY,
+        ),
+        batch,
+        reconcile_runs: c.opt_duration(
+            "retention.reconcile_runs",
+            r.reconcile_runs.as_deref(),
+            defaults::KEEP_RECONCILE_RUNS,
+        ),
+        dead_letters: c.opt_duration(
+            "retention.dead_letters",
+            r.dead_letters.as_deref(),
+            defaults::KEEP_DEAD_LETTERS,
+        ),
+    };
+    let log = LogConfig {
+        format: raw.log.format,
+        level: raw
+            .log
+            .level
+            .clone()
+            .unwrap_or_else(|| defaults::LOG_LEVEL.into()),
+    };
+
+    let mut sources = Vec::new();
+    let mut paths: HashSet<String> = HashSet::new();
+    for (name, source) in &raw.sources {
+        if let Some(s) = validate_source(&mut c, name, source) {
+            if !paths.insert(s.webhook.path.clone()) {
+                c.fail(
+                    format!("sources.{name}.webhook.path"),
+                    format!(
+                        "{:?} is already the path of another source; give each source its own path",
+                        s.webhook.path
+                    ),
+                );
+            }
+            sources.push(s);
+        }
+    }
+
+    if c.problems.is_empty() {
+        Ok(Config {
+            database,
+            http: HttpConfig { listen, max_body },
+            retention,
+            log,
+            sources,
+        })
+    } else {
+        Err(ConfigError {
+            problems: c.problems,
+        })
+    }
+}
+
+/// Picks the backend from the URL scheme and returns a printable URL without password.
+fn database_backend(url: &str) -> Result<(Backend, String), String> {
+    if let Some(rest) = url.strip_prefix("sqlite://") {
+        if rest.is_empty() {
+            return Err("\"sqlite://\" names no file; write sqlite://PATH".into());
+        }
+        Ok((Backend::Sqlite, url.to_string()))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok((Backend::Postgres, redact_password(url)))
+    } else {
+        Err("must start with sqlite:// or postgres:// (e.g. \"sqlite://webhook-reconciler.db\" or \"postgres://user@host/db\")".into())
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    // postgres://user:password@host/db -> postgres://user:***@host/db
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+fn validate_source(c: &mut Checker, name: &str, raw: &RawSource) -> Option<SourceConfig> {
+    let key = |k: &str| format!("sources.{name}.{k}");
+    let before = c.problems.len();
+
+    let retry_window = c.opt_duration(
+        &key("retry_window"),
+        raw.retry_window.as_deref(),
+        defaults::RETRY_WINDOW,
+    );
+    let retention = match raw.retention.as_deref() {
+        Some(t) => match c.duration(&key("retention"), t) {
+            Some(r) if r < retry_window => {
+                c.fail(
+                    key("retention"),
+                    format!(
+                        "{t:?} is shorter than retry_window ({}); a retried delivery would be applied twice. Set it to at least the retry window or remove it (default: twice the retry window)",
+                        humantime::format_duration(retry_window)
+                    ),
+                );
+                r
+            }
+            Some(r) => r,
+            None => retry_window * defaults::RETENTION_RETRY_WINDOWS,
+        },
+        None => retry_window * defaults::RETENTION_RETRY_WINDOWS,
+    };
+    let requests_per_second = raw
+        .requests_per_second
+        .unwrap_or(defaults::REQUESTS_PER_SECOND);
+    if !(requests_per_second.is_finite() && requests_per_second > 0.0) {
+        c.fail(
+            key("requests_per_second"),
+            "must be a positive number of requests per second",
+        );
+    }
+    if let Some(base) = &raw.api_base {
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            c.fail(key("api_base"), format!("{base:?} is not an http(s) URL"));
+        }
+    }
+    let api_token = raw
+        .api_token
+        .as_ref()
+        .and_then(|s| match secret::resolve(s) {
+            Ok(v) => Some(SecretString::from(v)),
+            Err(e) => {
+                c.fail(key("api_token"), e);
+                None
+            }
+        });
+
+    let webhook = validate_webhook(c, name, raw);
+    let reconcile = validate_reconcile(c, name, raw);
+
+    let mut kinds = Vec::new();
+    let mut event_types: BTreeMap<&str, &str> = BTreeMap::new();
+    for (kind_name, kind) in &raw.kinds {
+        for event_type in kind.events.keys() {
+            if let Some(other) = event_types.insert(event_type, kind_name) {
+                c.fail(
+                    format!("sources.{name}.kinds.{kind_name}.events.{event_type}"),
+                    format!("event type {event_type:?} is already mapped by kind {other:?}; map each type to one kind"),
+                );
+            }
+        }
+        let k = validate_kind(c, name, kind_name, kind);
+        if k.list.as_deref().is_some_and(|l| !is_absolute(l)) && raw.api_base.is_none() {
+            c.fail(
+                key("api_base"),
+                format!(
+                    "kind {kind_name:?} lists {:?}, a relative path; set api_base or make the list URL absolute",
+                    k.list.as_deref().unwrap_or_default()
+                ),
+            );
+        }
+        kinds.push(k);
+    }
+
+    (c.problems.len() == before).then(|| SourceConfig {
+        name: name.to_string(),
+        retry_window,
+        retention,
+        requests_per_second,
+        api_base: raw.api_base.clone(),
+        api_token,
+        insecure_no_signature: raw.insecure_no_signature,
+        webhook,
+        reconcile,
+        kinds,
+    })
+}
+
+fn is_absolute(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
+}
+
+fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConfig {
+    let key = |k: &str| format!("sources.{name}.webhook.{k}");
+    let w = &raw.webhook;
+    let path = w
+        .path
+        .clone()
+        .unwrap_or_else(|| defaults::webhook_path(name));
+    if !path.starts_with('/') || path.contains(char::is_whitespace) {
+        c.fail(
+            key("path"),
+            format!("{path:?} must be an absolute URL path such as \"/webhooks/{name}\""),
+        );
+    }
+    if ["/healthz", "/readyz", "/metrics"].contains(&path.as_str()) {
+        c.fail(
+            key("path"),
+            format!("{path:?} is reserved; choose another path"),
+        );
+    }
+    let scheme = match w.scheme.unwrap_or_default() {
+        SchemeName::HmacSha256 => Scheme::HmacSha256 {
+            signature_header: w
+                .signature_header
+                .clone()
+                .unwrap_or_else(|| defaults::SIGNATURE_HEADER.into()),
+            timestamp_header: w
+                .timestamp_header
+                .clone()
+                .unwrap_or_else(|| defaults::TIMESTAMP_HEADER.into()),
+        },
+        SchemeName::StandardWebhooks => Scheme::StandardWebhooks,
+        SchemeName::Stripe => Scheme::Stripe,
+        SchemeName::Github => Scheme::Github,
+        SchemeName::None => Scheme::None,
+    };
+    if !matches!(scheme, Scheme::HmacSha256 { .. })
+        && (w.signature_header.is_some() || w.timestamp_header.is_some())
+    {
+        c.fail(
+            key("signature_header"),
+            "header names can only be changed for scheme \"hmac-sha256\"",
+        );
+    }
+    if scheme == Scheme::None {
+        if !raw.insecure_no_signature {
+            c.fail(
+                key("scheme"),
+                format!(
+                    "\"none\" accepts unsigned deliveries from anyone; set sources.{name}.insecure_no_signature = true if that is really wanted"
+                ),
+            );
+        }
+    } else if w.secrets.is_empty() {
+        c.fail(
+            key("secrets"),
+            "no secret configured; add secrets = [{ env = \"VAR\" }] or [{ file = \"/path\" }]",
+        );
+    }
+    let mut secrets = Vec::new();
+    for (i, s) in w.secrets.iter().enumerate() {
+        match secret::resolve(s).and_then(|v| WebhookSecret::new(&scheme, v)) {
+            Ok(s) => secrets.push(s),
+            Err(e) => c.fail(format!("sources.{name}.webhook.secrets[{i}]"), e),
+        }
+    }
+    let tolerance = c.opt_duration(
+        &key("tolerance"),
+        w.tolerance.as_deref(),
+        defaults::TOLERANCE,
+    );
+    WebhookConfig {
+        path,
+        scheme,
+        secrets,
+        tolerance,
+    }
+}
+
+fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> ReconcileConfig {
+    let key = |k: &str| format!("sources.{name}.reconcile.{k}");
+    let r = &raw.reconcile;
+    let schedule = match (&r.every, &r.cron) {
+        (Some(_), Some(_)) => {
+            c.fail(key("cron"), "set either `every` or `cron`, not both");
+            None
+        }
+        (Some(every), None) => c.duration(&key("every"), every).map(Schedule::Every),
+        (None, Some(cron)) => {
+            if cron.split_whitespace().count() != 6 {
+                c.fail(
+                    key("cron"),
+                    format!(
+                        "{cron:?} must have 6 fields (sec min hour day month weekday, in UTC), e.g. \"0 */5 * * * *\""
+                    ),
+                );
+            }
+            Some(Schedule::Cron(cron.clone()))
+        }
+        (None, None) => None,
+    };
+    let page_size = r.page_size.unwrap_or(defaults::PAGE_SIZE);
+    if page_size == 0 || page_size > defaults::MAX_PAGE_SIZE {
+        c.fail(
+            key("page_size"),
+            format!(
+                "{page_size} is out of range; use 1 to {}",
+                defaults::MAX_PAGE_SIZE
+            ),
+        );
+    }
+    let max_attempts = r.max_attempts.unwrap_or(defaults::MAX_ATTEMPTS);
+    if max_attempts == 0 {
+        c.fail(key("max_attempts"), "must be at least 1");
+    }
+    let default_jitter = match &schedule {
+        Some(Schedule::Every(d)) => {
+            (*d / defaults::JITTER_DIVISOR).min(defaults::MAX_DEFAULT_JITTER)
+        }
+        _ => Duration::ZERO,
+    };
+    let jitter = match r.jitter.as_deref() {
+        Some("0") | Some("0s") => Duration::ZERO,
+        Some(t) => c.duration(&key("jitter"), t).unwrap_or(default_jitter),
+        None => default_jitter,
+    };
+    let stale_after = match r.stale_after.as_deref() {
+        Some(t) => c.duration(&key("stale_after"), t),
+        None => match &schedule {
+            Some(Schedule::Every(d)) => Some(*d * defaults::STALE_AFTER_INTERVALS),
+            _ => None,
+        },
+    };
+    ReconcileConfig {
+        schedule,
+        page_size,
+        timeout: c.opt_duration(
+            &key("timeout"),
+            r.timeout.as_deref(),
+            defaults::SENDER_TIMEOUT,
+        ),
+        max_attempts: max_attempts.max(1),
+        max_retry_wait: c.opt_duration(
+            &key("max_retry_wait"),
+            r.max_retry_wait.as_deref(),
+            defaults::MAX_RETRY_WAIT,
+        ),
+        jitter,
+        run_at_start: r.run_at_start.unwrap_or(defaults::RUN_AT_START),
+        stale_after,
+        lease_ttl: c.opt_duration(
+            &key("lease_ttl"),
+            r.lease_ttl.as_deref(),
+            defaults::LEASE_TTL,
+        ),
+    }
+}
+
+fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> KindConfig {
+    let base = format!("sources.{source}.kinds.{name}");
+    let key = |k: &str| format!("{base}.{k}");
+    let pagination = raw.pagination.unwrap_or_default();
+    let version_format = raw.version_format.unwrap_or_default();
+    let kind_versioned = raw.version.is_some();
+    let mut events = BTreeMap::new();
+    for (event_type, e) in &raw.events {
+        let ekey = |k: &str| format!("{base}.events.{event_type}.{k}");
+        events.insert(
+            event_type.clone(),
+            validate_event(
+                c,
+                &ekey,
+                e,
+                kind_versioned || raw.events.values().any(|e| e.version.is_some()),
+            ),
+        );
+    }
+    KindConfig {
+        name: name.to_string(),
+        list: raw.list.clone(),
+        pagination,
+        items: c.pointer(
+            &key("items"),
+            raw.items.as_deref().unwrap_or(defaults::ITEMS),
+        ),
+        next_cursor: c.pointer(
+            &key("next_cursor"),
+            raw.next_cursor.as_deref().unwrap_or(defaults::NEXT_CURSOR),
+        ),
+        cursor_param: raw
+            .cursor_param
+            .clone()
+            .unwrap_or_else(|| defaults::CURSOR_PARAM.into()),
+        limit_param: raw
+            .limit_param
+            .clone()
+            .unwrap_or_else(|| defaults::LIMIT_PARAM.into()),
+        has_more: c.pointer(
+            &key("has_more"),
+            raw.has_more.as_deref().unwrap_or(defaults::HAS_MORE),
+        ),
+        starting_after_param: raw
+            .starting_after_param
+            .clone()
+            .unwrap_or_else(|| defaults::STARTING_AFTER_PARAM.into()),
+        id: c.pointer(&key("id"), raw.id.as_deref().unwrap_or(defaults::ITEM_ID)),
+        version: raw
+            .version
+            .as_deref()
+            .map(|p| c.pointer(&key("version"), p)),
+        version_format,
+        state: c.pointer(
+            &key("state"),
+            raw.state.as_deref().unwrap_or(defaults::ITEM_STATE),
+        ),
+        get: raw.get.clone(),
+        detect_deletes: raw.detect_deletes,
+        incremental: raw
+            .incremental
+            .as_ref()
+            .map(|i| validate_incremental(c, &base, i, raw, version_format)),
+        events,
+    }
+}
+
+fn validate_incremental(
+    c: &mut Checker,
+    base: &str,
+    raw: &raw::RawIncremental,
+    kind: &RawKind,
+    version_format: VersionFormat,
+) -> IncrementalConfig {
+    let key = |k: &str| format!("{base}.incremental.{k}");
+    let version_is_time = version_format != VersionFormat::Integer && kind.version.is_some();
+    let field = match (&raw.field, version_is_time) {
+        (Some(f), _) => c.pointer(&key("field"), f),
+        (None, true) => kind.version.clone().unwrap_or_default(),
+        (None, false) => {
+            c.fail(
+                key("field"),
+                "the kind's version is not a timestamp; say which item field holds the last-modified time, e.g. field = \"/updated_at\"",
+            );
+            String::new()
+        }
+    };
+    let format = match raw.format {
+        Some(VersionFormat::Integer) => {
+            c.fail(
+                key("format"),
+                "\"integer\" is not a timestamp format; use rfc3339 or unix",
+            );
+            VersionFormat::Rfc3339
+        }
+        Some(f) => f,
+        None if version_is_time && raw.field.is_none() => version_format,
+        None => VersionFormat::Rfc3339,
+    };
+    if raw.param.is_empty() {
+        c.fail(
+            key("param"),
+            "name the list endpoint's query parameter, e.g. \"updated_since\"",
+        );
+    }
+    if kind.list.is_none() {
+        c.fail(
+            key("param"),
+            "incremental listing needs the kind's `list` endpoint",
+        );
+    }
+    IncrementalConfig {
+        param: raw.param.clone(),
+        field,
+        format,
+        overlap: c.opt_duration(
+            &key("overlap"),
+            raw.overlap.as_deref(),
+            defaults::INCREMENTAL_OVERLAP,
+        ),
+        full_every: c.opt_duration(
+            &key("full_every"),
+            raw.full_every.as_deref(),
+            defaults::FULL_EVERY,
+        ),
+    }
+}
+
+fn validate_event(
+    c: &mut Checker,
+    key: &dyn Fn(&str) -> String,
+    raw: &RawEvent,
+    kind_versioned: bool,
+) -> EventMapping {
+    let action = raw.action.unwrap_or_default();
+    if kind_versioned && raw.version.is_none() {
+        c.fail(
+            key("version"),
+            "this kind is versioned (it or another of its events names a version), so every event must say where its version is",
+        );
+    }
+    if !kind_versioned && action == Action::Delete {
+        c.fail(
+            key("action"),
+            "a delete needs a version (tombstones are versioned); set version on this event and the kind",
+        );
+    }
+    EventMapping {
+        id: c.pointer(&key("id"), &raw.id),
+        version: raw
+            .version
+            .as_deref()
+            .map(|p| c.pointer(&key("version"), p)),
+        state: match (raw.state.as_deref(), action) {
+            (Some(p), _) => Some(c.pointer(&key("state"), p)),
+            (None, Action::Upsert) => Some(defaults::EVENT_STATE.to_string()),
+            (None, Action::Delete) => None,
+        },
+        action,
+    }
+}

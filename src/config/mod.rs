@@ -128,6 +128,10 @@ fn figment_error(err: figment::Error) -> ConfigError {
                     "unknown key `{field}`; expected one of: {}",
                     expected.join(", ")
                 ),
+                figment::error::Kind::UnknownVariant(found, expected) => format!(
+                    "{found:?} is not accepted here; use one of: {}",
+                    expected.join(", ")
+                ),
                 kind => kind.to_string(),
             };
             if let Some(source) = e.metadata.as_ref().and_then(|m| m.source.as_ref()) {

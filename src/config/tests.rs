@@ -221,3 +221,23 @@ fn the_database_password_never_shows_in_the_printable_url() {
     );
     assert!(!format!("{c:?}").contains("s3cret"));
 }
+
+#[test]
+fn an_interval_the_schedule_cannot_keep_is_refused_not_rounded() {
+    let toml = SPEC_EXAMPLE.replace("every = \"5m\"", "every = \"7m\"");
+    has_problem(
+        &toml,
+        "sources.shop.reconcile.every",
+        "cannot be kept exactly",
+    );
+    let toml = SPEC_EXAMPLE.replace("every = \"5m\"", "every = \"3d\"");
+    has_problem(&toml, "sources.shop.reconcile.every", "write `cron`");
+}
+
+#[test]
+fn an_unknown_enum_value_is_named_with_the_accepted_values() {
+    let toml = SPEC_EXAMPLE.replace("pagination = \"cursor\"", "pagination = \"pages\"");
+    has_problem(&toml, "sources.shop.kinds.order.pagination", "cursor");
+    let toml = SPEC_EXAMPLE.replace("scheme = \"hmac-sha256\"", "scheme = \"md5\"");
+    has_problem(&toml, "sources.shop.webhook.scheme", "standard-webhooks");
+}

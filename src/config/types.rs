@@ -120,8 +120,52 @@ pub struct WebhookConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
+    /// An interval the cron schedule keeps exactly (see [`every_to_cron`]).
     Every(Duration),
+    /// 6 fields, UTC.
     Cron(String),
+}
+
+impl Schedule {
+    /// The 6-field UTC cron expression the scheduler runs.
+    pub fn cron_expression(&self) -> String {
+        match self {
+            // Validation refused every interval without an exact expression.
+            Schedule::Every(d) => every_to_cron(*d).unwrap_or_else(|_| "0 0 0 * * *".into()),
+            Schedule::Cron(c) => c.clone(),
+        }
+    }
+}
+
+/// The cron expression firing exactly every `every`, or why there is none.
+///
+/// Schedules run at fixed times of the minute, hour or day (so they survive process
+/// pauses and restarts), which keeps an interval exactly only when it divides a minute
+/// (whole seconds), an hour (whole minutes) or a day (whole hours), or is one day. Any
+/// other interval is refused rather than silently rounded.
+pub fn every_to_cron(every: Duration) -> Result<String, String> {
+    let secs = every.as_secs();
+    let exact = every.subsec_nanos() == 0 && secs > 0;
+    let expression = if !exact {
+        None
+    } else if secs < 60 {
+        (60 % secs == 0).then(|| format!("*/{secs} * * * * *"))
+    } else if secs < 3600 {
+        (secs % 60 == 0 && 60 % (secs / 60) == 0).then(|| format!("0 */{} * * * *", secs / 60))
+    } else if secs < 86_400 {
+        (secs % 3600 == 0 && 24 % (secs / 3600) == 0)
+            .then(|| format!("0 0 */{} * * *", secs / 3600))
+    } else {
+        (secs == 86_400).then(|| "0 0 0 * * *".to_string())
+    };
+    expression.ok_or_else(|| {
+        format!(
+            "{} cannot be kept exactly: scheduled runs happen at fixed times, so `every` must divide a minute \
+             (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30s), an hour (the same numbers of minutes) or a day \
+             (1, 2, 3, 4, 6, 8, 12h), or be 1d; for anything else write `cron` (6 fields, UTC), e.g. \"0 */7 * * * *\"",
+            humantime::format_duration(every)
+        )
+    })
 }
 
 #[derive(Debug, Clone)]

@@ -404,7 +404,16 @@ fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> Reconcile
             c.fail(key("cron"), "set either `every` or `cron`, not both");
             None
         }
-        (Some(every), None) => c.duration(&key("every"), every).map(Schedule::Every),
+        (Some(every), None) => match c.duration(&key("every"), every) {
+            Some(d) => match every_to_cron(d) {
+                Ok(_) => Some(Schedule::Every(d)),
+                Err(e) => {
+                    c.fail(key("every"), e);
+                    None
+                }
+            },
+            None => None,
+        },
         (None, Some(cron)) => {
             if cron.split_whitespace().count() != 6 {
                 c.fail(

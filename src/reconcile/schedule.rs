@@ -17,29 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Reconciler, RunOptions};
-use crate::config::Schedule;
-
-/// Turns an `every` interval into a 6-field UTC cron expression firing at that
-/// interval. Intervals that do not divide a minute, an hour or a day evenly are
-/// rounded down to one that does (a 7-minute `every` fires every 6 minutes), so the
-/// schedule stays regular across the hour.
-pub fn every_to_cron(every: Duration) -> String {
-    let secs = every.as_secs().max(1);
-    if secs < 60 {
-        let n = (1..=secs).rev().find(|d| 60 % d == 0).unwrap_or(1);
-        format!("*/{n} * * * * *")
-    } else if secs < 3600 {
-        let m = secs / 60;
-        let n = (1..=m).rev().find(|d| 60 % d == 0).unwrap_or(1);
-        format!("0 */{n} * * * *")
-    } else if secs < 86_400 {
-        let h = secs / 3600;
-        let n = (1..=h).rev().find(|d| 24 % d == 0).unwrap_or(1);
-        format!("0 0 */{n} * * *")
-    } else {
-        "0 0 0 * * *".into()
-    }
-}
+#[cfg(test)]
+use crate::config::every_to_cron;
 
 /// Starts the schedules of every kind with a list endpoint. Runs are spawned on
 /// `tracker` and see `cancel` between pages.
@@ -53,10 +32,7 @@ pub async fn start(
         let Some(schedule) = &source.reconcile.schedule else {
             continue;
         };
-        let cron = match schedule {
-            Schedule::Every(d) => every_to_cron(*d),
-            Schedule::Cron(c) => c.clone(),
-        };
+        let cron = schedule.cron_expression();
         planned.push((
             source.name.clone(),
             kind.name.clone(),
@@ -150,19 +126,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn intervals_become_regular_cron_schedules() {
+    fn intervals_that_divide_a_minute_an_hour_or_a_day_become_exact_cron_schedules() {
         let cases = [
             (1, "*/1 * * * * *"),
             (15, "*/15 * * * * *"),
-            (45, "*/30 * * * * *"),
             (300, "0 */5 * * * *"),
-            (420, "0 */6 * * * *"),
             (3600, "0 0 */1 * * *"),
             (6 * 3600, "0 0 */6 * * *"),
-            (3 * 86_400, "0 0 0 * * *"),
+            (86_400, "0 0 0 * * *"),
         ];
         for (secs, want) in cases {
-            assert_eq!(every_to_cron(Duration::from_secs(secs)), want, "{secs}s");
+            assert_eq!(
+                every_to_cron(Duration::from_secs(secs)).unwrap(),
+                want,
+                "{secs}s"
+            );
         }
+    }
+
+    #[test]
+    fn intervals_the_schedule_cannot_keep_are_refused_not_rounded() {
+        for secs in [45, 7 * 60, 90, 5 * 3600, 3 * 86_400, 25 * 3600] {
+            let err = every_to_cron(Duration::from_secs(secs)).unwrap_err();
+            assert!(err.contains("cron"), "{secs}s: {err}");
+        }
+        assert!(every_to_cron(Duration::from_millis(1500)).is_err());
     }
 }

@@ -162,7 +162,7 @@ pub fn every_to_cron(every: Duration) -> Result<String, String> {
         format!(
             "{} cannot be kept exactly: scheduled runs happen at fixed times, so `every` must divide a minute \
              (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30s), an hour (the same numbers of minutes) or a day \
-             (1, 2, 3, 4, 6, 8, 12h), or be 1d; for anything else write `cron` (6 fields, UTC), e.g. \"0 */7 * * * *\"",
+             (1, 2, 3, 4, 6, 8, 12h), or be 1d; to run at other chosen times write `cron` (6 fields, UTC), e.g. \"0 30 9 * * *\" for 09:30 daily",
             humantime::format_duration(every)
         )
     })

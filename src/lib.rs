@@ -3,6 +3,9 @@
 //!
 //! - webhook flow: [`http`] (receive) -> [`webhook::verify`] -> [`webhook::envelope`]
 //!   (parse) -> [`store`] (the guarded write) -> [`db`];
+//! - reconcile flow: [`reconcile::schedule`] (tick) -> [`reconcile`] (plan, sweep) ->
+//!   [`sender`] (list pages) -> [`reconcile::compare`] -> [`store`] (the same guarded
+//!   write, with the page's [`bookkeeping`] in its transaction) -> [`db`];
 //! - configuration: [`config`] (file + env -> validated `Config`), [`cli`], [`app`].
 
 pub mod app;

@@ -156,80 +156,68 @@ impl Reconciler {
             kind = kind.name,
             dry_run = opts.dry_run
         );
-        tracing::Instrument::instrument(
-            self.run_kind_inner(source, kind, opts, cancel, progress),
-            span,
-        )
-        .await
-    }
-
-    async fn run_kind_inner(
-        &self,
-        source: &SourceConfig,
-        kind: &KindConfig,
-        opts: &RunOptions,
-        cancel: &CancellationToken,
-        progress: &(dyn Fn(&RunCounts) + Send + Sync),
-    ) -> KindReport {
-        let started = Instant::now();
-        let mut report = KindReport {
-            source: source.name.clone(),
-            kind: kind.name.clone(),
-            status: RunStatus::Succeeded,
-            dry_run: opts.dry_run,
-            mode: Mode::Full,
-            resumed: false,
-            counts: RunCounts::default(),
-            seconds: 0.0,
-            would_change: Vec::new(),
-        };
-        let run = sweep::Run {
-            source,
-            kind,
-            report: &mut report,
-            cancel,
-            progress,
-        };
-        let result = if opts.dry_run {
-            self.dry_run(run).await
-        } else {
-            self.leased_run(run).await
-        };
-        if let Err(e) = result {
-            report.status = RunStatus::Failed {
-                error: e.to_string(),
+        let run = async {
+            let started = Instant::now();
+            let mut report = KindReport {
+                source: source.name.clone(),
+                kind: kind.name.clone(),
+                status: RunStatus::Succeeded,
+                dry_run: opts.dry_run,
+                mode: Mode::Full,
+                resumed: false,
+                counts: RunCounts::default(),
+                seconds: 0.0,
+                would_change: Vec::new(),
             };
-        }
-        report.seconds = started.elapsed().as_secs_f64();
-        let recorded = match &report.status {
-            RunStatus::Succeeded => Some("succeeded"),
-            RunStatus::Failed { .. } => Some("failed"),
-            RunStatus::Skipped { .. } => None,
+            let run = sweep::Run {
+                source,
+                kind,
+                report: &mut report,
+                cancel,
+                progress,
+            };
+            let result = if opts.dry_run {
+                self.dry_run(run).await
+            } else {
+                self.leased_run(run).await
+            };
+            if let Err(e) = result {
+                report.status = RunStatus::Failed {
+                    error: e.to_string(),
+                };
+            }
+            report.seconds = started.elapsed().as_secs_f64();
+            let recorded = match &report.status {
+                RunStatus::Succeeded => Some("succeeded"),
+                RunStatus::Failed { .. } => Some("failed"),
+                RunStatus::Skipped { .. } => None,
+            };
+            if let (Some(status), false) = (recorded, opts.dry_run) {
+                crate::observability::record_run(
+                    &source.name,
+                    &kind.name,
+                    status,
+                    &report.counts,
+                    started.elapsed(),
+                );
+            }
+            match &report.status {
+                RunStatus::Succeeded => {
+                    tracing::info!(source = source.name, kind = kind.name, dry_run = opts.dry_run, counts = ?report.counts, seconds = report.seconds, "reconcile run succeeded")
+                }
+                RunStatus::Failed { error } => {
+                    tracing::error!(source = source.name, kind = kind.name, error, counts = ?report.counts, "reconcile run failed; pages already applied stay applied")
+                }
+                RunStatus::Skipped { lease_holder } => tracing::info!(
+                    source = source.name,
+                    kind = kind.name,
+                    lease_holder,
+                    "reconcile run skipped: another process holds the lease"
+                ),
+            }
+            report
         };
-        if let (Some(status), false) = (recorded, opts.dry_run) {
-            crate::observability::record_run(
-                &source.name,
-                &kind.name,
-                status,
-                &report.counts,
-                started.elapsed(),
-            );
-        }
-        match &report.status {
-            RunStatus::Succeeded => {
-                tracing::info!(source = source.name, kind = kind.name, dry_run = opts.dry_run, counts = ?report.counts, seconds = report.seconds, "reconcile run succeeded")
-            }
-            RunStatus::Failed { error } => {
-                tracing::error!(source = source.name, kind = kind.name, error, counts = ?report.counts, "reconcile run failed; pages already applied stay applied")
-            }
-            RunStatus::Skipped { lease_holder } => tracing::info!(
-                source = source.name,
-                kind = kind.name,
-                lease_holder,
-                "reconcile run skipped: another process holds the lease"
-            ),
-        }
-        report
+        tracing::Instrument::instrument(run, span).await
     }
 }
 

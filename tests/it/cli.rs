@@ -1,20 +1,7 @@
 //! The binary as an operator runs it: exit codes, messages, no secrets in output.
 
-use std::process::Command;
-
+use crate::helpers::process::{bin, write_config};
 use crate::helpers::{Backend, TestDb};
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_webhook-reconciler"));
-    c.env_remove("WEBHOOK_RECONCILER_CONFIG");
-    c
-}
-
-fn write_config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-    let p = dir.join("config.toml");
-    std::fs::write(&p, text).unwrap();
-    p
-}
 
 #[test]
 fn check_config_exits_2_and_names_the_key_when_retention_is_too_short() {

@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,36 +12,11 @@ use webhook_reconciler::db::Db;
 use webhook_reconciler::simulator::{SimSender, Style};
 use webhook_reconciler::webhook::verify::sign;
 
+use crate::helpers::process::{bin, free_port, signal};
 use crate::helpers::{
     Backend, SHOP_SECRET, TestDb, both_backends, eventually, now, refund_event, spawn_app,
 };
 use crate::reconcile::reconcile_config;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_webhook-reconciler"));
-    c.env_remove("WEBHOOK_RECONCILER_CONFIG")
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC");
-    c
-}
-
-fn signal(pid: u32, sig: &str) {
-    assert!(
-        Command::new("kill")
-            .args([&format!("-{sig}"), &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A `serve` configuration on a fixed free port, SQLite, with the shop source.
 fn serve_config(

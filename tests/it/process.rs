@@ -1,29 +1,15 @@
 //! The binary as a process: `reconcile` exit codes and output, a reconcile killed with
 //! SIGKILL and rerun, and `serve`'s schedule surviving a SIGSTOP / SIGCONT pause.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use webhook_reconciler::simulator::{Fault, SimSender, Style};
 
+use crate::helpers::process::{bin, signal, write_migrated_config};
 use crate::helpers::{Backend, TestDb, eventually};
 use crate::reconcile::reconcile_config;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_webhook-reconciler"));
-    c.env_remove("WEBHOOK_RECONCILER_CONFIG")
-        .env("RUST_LOG", "warn");
-    c
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success(), "kill -{sig} {pid}");
-}
 
 async fn sim_with_orders(n: usize) -> SimSender {
     let sim = SimSender::start().await.unwrap();
@@ -40,25 +26,6 @@ async fn sim_with_orders(n: usize) -> SimSender {
     sim
 }
 
-/// Writes the configuration and migrates its database, so the test can watch tables
-/// from the first moment of the process under test.
-fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
-    let p = dir.path().join("config.toml");
-    std::fs::write(&p, text).unwrap();
-    let out = bin()
-        .arg("--config")
-        .arg(&p)
-        .arg("migrate")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    p
-}
-
 /// Runs `reconcile --json` off the async runtime (the simulated sender lives on it).
 async fn reconcile_json(
     config: std::path::PathBuf,
@@ -66,6 +33,7 @@ async fn reconcile_json(
 ) -> (i32, Value, String) {
     tokio::task::spawn_blocking(move || {
         let out = bin()
+            .env("RUST_LOG", "warn")
             .arg("--config")
             .arg(&config)
             .arg("reconcile")
@@ -89,8 +57,8 @@ async fn reconcile_prints_a_summary_per_kind_and_exits_by_outcome() {
     let db = TestDb::new(Backend::Sqlite);
     let sim = sim_with_orders(20).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(
-        &dir,
+    let config = write_migrated_config(
+        dir.path(),
         &reconcile_config(&db.url, &sim, Style::Cursor, "", ""),
     );
 
@@ -110,6 +78,7 @@ async fn reconcile_prints_a_summary_per_kind_and_exits_by_outcome() {
     let c2 = config.clone();
     let out = tokio::task::spawn_blocking(move || {
         bin()
+            .env("RUST_LOG", "warn")
             .arg("--config")
             .arg(&c2)
             .args(["reconcile", "--kind", "order"])
@@ -154,8 +123,9 @@ async fn a_reconcile_killed_midway_then_rerun_converges() {
         // ~22 pages at 5 requests a second: slow enough to kill in the middle.
         let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
             .replace("requests_per_second = 1000", "requests_per_second = 5");
-        let config = write_config(&dir, &text);
+        let config = write_migrated_config(dir.path(), &text);
         let mut child = bin()
+            .env("RUST_LOG", "warn")
             .arg("--config")
             .arg(&config)
             .args(["reconcile", "--kind", "order"])
@@ -213,8 +183,9 @@ async fn the_schedule_keeps_running_after_the_process_is_paused_and_serve_stops_
         "lease_ttl = \"3s\"",
         "lease_ttl = \"3s\"\nevery = \"1s\"\njitter = \"0s\"",
     );
-    let config = write_config(&dir, &text);
+    let config = write_migrated_config(dir.path(), &text);
     let mut child = bin()
+        .env("RUST_LOG", "warn")
         .arg("--config")
         .arg(&config)
         .arg("serve")
@@ -263,8 +234,9 @@ async fn sigterm_during_a_reconcile_finishes_the_page_exits_0_and_the_next_run_r
             "lease_ttl = \"3s\"",
             "lease_ttl = \"3s\"\nevery = \"1h\"\njitter = \"0s\"",
         );
-    let config = write_config(&dir, &text);
+    let config = write_migrated_config(dir.path(), &text);
     let mut child = bin()
+        .env("RUST_LOG", "warn")
         .arg("--config")
         .arg(&config)
         .arg("serve")

@@ -2,22 +2,10 @@
 //! ties, tombstones, insert-once kinds, the batch form, and awkward ids and versions.
 
 use webhook_reconciler::change::Change;
-use webhook_reconciler::config::{Action, Config};
-use webhook_reconciler::db::Db;
-use webhook_reconciler::store::{Delivery, Outcome, Store};
+use webhook_reconciler::config::Action;
+use webhook_reconciler::store::{Delivery, Outcome};
 
-use crate::helpers::{Backend, TestDb, both_backends, config_toml};
-
-async fn store_on(db: &TestDb) -> Store {
-    let config = Config::from_toml_str(&config_toml(&db.url, "")).unwrap();
-    let handle = Db::connect(&config.database).unwrap();
-    let h2 = handle.clone();
-    tokio::task::spawn_blocking(move || h2.migrate())
-        .await
-        .unwrap()
-        .unwrap();
-    Store::new(handle)
-}
+use crate::helpers::{Backend, TestDb, both_backends, store_on};
 
 fn order(id: &str, version: i64, status: &str) -> Change {
     Change {

@@ -2,6 +2,7 @@
 //! can cut the database off.
 
 pub mod db;
+pub mod process;
 pub mod proxy;
 
 use std::net::SocketAddr;
@@ -13,6 +14,18 @@ use webhook_reconciler::config::Config;
 use webhook_reconciler::webhook::verify::sign;
 
 pub use db::{Backend, TestDb};
+
+/// A migrated database behind the store API, configured like [`config_toml`].
+pub async fn store_on(db: &TestDb) -> webhook_reconciler::store::Store {
+    let config = Config::from_toml_str(&config_toml(&db.url, "")).unwrap();
+    let handle = webhook_reconciler::db::Db::connect(&config.database).unwrap();
+    let h2 = handle.clone();
+    tokio::task::spawn_blocking(move || h2.migrate())
+        .await
+        .unwrap()
+        .unwrap();
+    webhook_reconciler::store::Store::new(handle)
+}
 
 /// Declares one `#[tokio::test]` per backend for an `async fn name(backend: Backend)`.
 macro_rules! both_backends {

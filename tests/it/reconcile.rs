@@ -1,5 +1,9 @@
 //! Reconciliation against the simulated sender (a real HTTP server in the test), on
 //! both backends.
+//!
+//! Longer than 500 lines on purpose: one test per behaviour of the reconcile flow, all
+//! sharing the fixtures at the top (`reconcile_config`, the simulated sender's setup),
+//! which other test files import from here.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,226 @@
+//! Validation: the raw configuration becomes a [`Config`] — durations parsed, secrets
+//! resolved, cross-field rules checked — with every problem reported against its dotted
+//! key, all of them in one run.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+mod source;
+
+use super::raw::RawConfig;
+use super::types::*;
+use super::{ConfigError, Problem, defaults};
+use source::validate_source;
+
+/// Collects problems so that one run reports all of them, not the first only.
+#[derive(Default)]
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn fail(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, key: &str, text: &str) -> Option<Duration> {
+        match parse_duration(text) {
+            Ok(d) if d.is_zero() => {
+                self.fail(key, format!("{text:?} is zero; give a positive duration"));
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.fail(key, e);
+                None
+            }
+        }
+    }
+
+    fn opt_duration(&mut self, key: &str, text: Option<&str>, default: Duration) -> Duration {
+        match text {
+            Some(t) => self.duration(key, t).unwrap_or(default),
+            None => default,
+        }
+    }
+
+    fn pointer(&mut self, key: &str, pointer: &str) -> String {
+        if !(pointer.is_empty() || pointer.starts_with('/')) {
+            self.fail(
+                key,
+                format!(
+                    "{pointer:?} is not a JSON pointer; it must be empty or start with '/', e.g. \"/data/id\""
+                ),
+            );
+        }
+        pointer.to_string()
+    }
+}
+
+/// Parses `30s`, `5m`, `24h`, `3d`, `1h 30m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!(
+            "{text:?} is not a duration ({e}); write it like \"30s\", \"5m\", \"24h\" or \"3d\""
+        )
+    })
+}
+
+pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut c = Checker::default();
+
+    let db = &raw.database;
+    let url = db.url.as_deref().unwrap_or(defaults::DATABASE_URL);
+    let (backend, redacted) = match database_backend(url) {
+        Ok(v) => v,
+        Err(msg) => {
+            c.fail("database.url", msg);
+            (Backend::Sqlite, String::new())
+        }
+    };
+    let max_connections = db.max_connections.unwrap_or(defaults::MAX_CONNECTIONS);
+    if max_connections == 0 {
+        c.fail("database.max_connections", "must be at least 1");
+    }
+    let database = DatabaseConfig {
+        url: SecretString::from(url.to_string()),
+        backend,
+        max_connections: max_connections.max(1),
+        migrate: db.migrate.unwrap_or(defaults::MIGRATE),
+        acquire_timeout: c.opt_duration(
+            "database.acquire_timeout",
+            db.acquire_timeout.as_deref(),
+            defaults::ACQUIRE_TIMEOUT,
+        ),
+        busy_timeout: c.opt_duration(
+            "database.busy_timeout",
+            db.busy_timeout.as_deref(),
+            defaults::BUSY_TIMEOUT,
+        ),
+        redacted,
+    };
+
+    let listen_text = raw.http.listen.as_deref().unwrap_or(defaults::LISTEN);
+    let listen = match listen_text.parse::<SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => {
+            c.fail(
+                "http.listen",
+                format!(
+                    "{listen_text:?} is not an address; write it as IP:PORT, e.g. \"127.0.0.1:8080\""
+                ),
+            );
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+    };
+    let max_body_text = raw.http.max_body.as_deref().unwrap_or(defaults::MAX_BODY);
+    let max_body = match max_body_text.parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() > 0 => usize::try_from(b.as_u64()).unwrap_or(usize::MAX),
+        _ => {
+            c.fail(
+                "http.max_body",
+                format!("{max_body_text:?} is not a size; write it like \"1MiB\" or \"256KiB\""),
+            );
+            0
+        }
+    };
+    let r = &raw.retention;
+    let batch = r.batch.unwrap_or(defaults::RETENTION_BATCH);
+    if batch == 0 || batch > defaults::MAX_RETENTION_BATCH {
+        c.fail(
+            "retention.batch",
+            format!("use 1 to {} rows per batch", defaults::MAX_RETENTION_BATCH),
+        );
+    }
+    let retention = RetentionConfig {
+        every: c.opt_duration(
+            "retention.every",
+            r.every.as_deref(),
+            defaults::RETENTION_EVERY,
+        ),
+        batch,
+        reconcile_runs: c.opt_duration(
+            "retention.reconcile_runs",
+            r.reconcile_runs.as_deref(),
+            defaults::KEEP_RECONCILE_RUNS,
+        ),
+        dead_letters: c.opt_duration(
+            "retention.dead_letters",
+            r.dead_letters.as_deref(),
+            defaults::KEEP_DEAD_LETTERS,
+        ),
+    };
+    let log = LogConfig {
+        format: raw.log.format,
+        level: raw
+            .log
+            .level
+            .clone()
+            .unwrap_or_else(|| defaults::LOG_LEVEL.into()),
+    };
+
+    let mut sources = Vec::new();
+    let mut paths: HashSet<String> = HashSet::new();
+    for (name, source) in &raw.sources {
+        if let Some(s) = validate_source(&mut c, name, source) {
+            if !paths.insert(s.webhook.path.clone()) {
+                c.fail(
+                    format!("sources.{name}.webhook.path"),
+                    format!(
+                        "{:?} is already the path of another source; give each source its own path",
+                        s.webhook.path
+                    ),
+                );
+            }
+            sources.push(s);
+        }
+    }
+
+    if c.problems.is_empty() {
+        Ok(Config {
+            database,
+            http: HttpConfig { listen, max_body },
+            retention,
+            log,
+            sources,
+        })
+    } else {
+        Err(ConfigError {
+            problems: c.problems,
+        })
+    }
+}
+
+/// Picks the backend from the URL scheme and returns a printable URL without password.
+fn database_backend(url: &str) -> Result<(Backend, String), String> {
+    if let Some(rest) = url.strip_prefix("sqlite://") {
+        if rest.is_empty() {
+            return Err("\"sqlite://\" names no file; write sqlite://PATH".into());
+        }
+        Ok((Backend::Sqlite, url.to_string()))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok((Backend::Postgres, redact_password(url)))
+    } else {
+        Err("must start with sqlite:// or postgres:// (e.g. \"sqlite://webhook-reconciler.db\" or \"postgres://user@host/db\")".into())
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    // postgres://user:password@host/db -> postgres://user:***@host/db
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}

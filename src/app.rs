@@ -1,6 +1,7 @@
 //! Building and running `serve`: database, migrations, listener, router, the reconcile
 //! scheduler and the conflict resolver, until shutdown.
 
+use crate::bookkeeping::Bookkeeping;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -76,7 +77,7 @@ impl Application {
             db: db.clone(),
             config: config.clone(),
         });
-        let reconciler = Reconciler::new(config.clone(), store)?;
+        let reconciler = Reconciler::new(config.clone(), store, Bookkeeping::new(db.clone()))?;
         Ok(Self {
             listener,
             router,

@@ -1,6 +1,7 @@
 //! `reconcile`: one run of the selected kinds now, a summary row per kind, a progress
 //! line per kind on a terminal, JSON with `--json`.
 
+use crate::bookkeeping::Bookkeeping;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -28,7 +29,11 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         let d = db.clone();
         tokio::task::spawn_blocking(move || d.migrate()).await??;
     }
-    let reconciler = Reconciler::new(Arc::new(config), Store::new(db))?;
+    let reconciler = Reconciler::new(
+        Arc::new(config),
+        Store::new(db.clone()),
+        Bookkeeping::new(db),
+    )?;
     let selected: Vec<_> = reconciler
         .kinds(args.source.as_deref(), args.kind.as_deref())
         .into_iter()

@@ -6,6 +6,7 @@
 //! and the demo compares the two sides. Every figure in the report is measured — the
 //! receiver's answers and the rows in the database — not asserted.
 
+use crate::bookkeeping::Bookkeeping;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -188,8 +189,11 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
             &opts,
             "demo: deliveries done; reconciling against the sender's listing",
         );
-        let reconciler =
-            Reconciler::new(std::sync::Arc::new(config.clone()), Store::new(db.clone()))?;
+        let reconciler = Reconciler::new(
+            std::sync::Arc::new(config.clone()),
+            Store::new(db.clone()),
+            Bookkeeping::new(db.clone()),
+        )?;
         for (source, kind) in reconciler
             .kinds(None, None)
             .into_iter()

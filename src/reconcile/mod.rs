@@ -101,13 +101,13 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub fn new(config: Arc<Config>, store: Store) -> anyhow::Result<Self> {
+    /// A reconciler writing rows through `store` and its records through `book`.
+    pub fn new(config: Arc<Config>, store: Store, book: Bookkeeping) -> anyhow::Result<Self> {
         let senders = config
             .sources
             .iter()
             .map(Sender::new)
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let book = Bookkeeping::new(store.db().clone());
         Ok(Self {
             config,
             store,

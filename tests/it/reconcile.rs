@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use webhook_reconciler::bookkeeping::Bookkeeping;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -103,7 +104,12 @@ async fn reconciler_for(config: &str) -> Reconciler {
         .await
         .unwrap()
         .unwrap();
-    Reconciler::new(Arc::new(config), Store::new(db)).unwrap()
+    Reconciler::new(
+        Arc::new(config),
+        Store::new(db.clone()),
+        Bookkeeping::new(db),
+    )
+    .unwrap()
 }
 
 async fn run(r: &Reconciler, kind: &str, dry_run: bool) -> KindReport {

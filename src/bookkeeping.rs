@@ -23,8 +23,45 @@ pub struct RunId(i64);
 pub enum Lease {
     /// This process holds it now.
     Acquired,
-    /// Another process holds it: its holder id.
-    HeldBy(String),
+    /// Another live process holds it (or one on another host, whose life we cannot
+    /// see): its holder id and when its lease expires unless renewed.
+    HeldBy { holder: String, expires_at: DbTime },
+}
+
+/// A run's write was refused because its lease now belongs to `0` (a holder id, or
+/// "nobody" when it was released or expired and not yet taken).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lease lost to {0}")]
+pub struct LeaseLost(pub String);
+
+/// The lease check of a write: inside the write's transaction, extend our lease, or find
+/// it is no longer ours and write nothing. The `UPDATE` holds the lease row's lock until
+/// the transaction ends, so no one can take the lease between the check and the commit.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    source: String,
+    kind: String,
+    holder: String,
+    ttl: Duration,
+}
+
+impl Fence {
+    /// `Ok(Err(_))` when the lease is no longer ours: the caller writes nothing.
+    pub(crate) fn check(&self, conn: &mut Conn) -> diesel::QueryResult<Result<(), LeaseLost>> {
+        if sql::renew_lease(
+            conn,
+            &self.source,
+            &self.kind,
+            &self.holder,
+            self.ttl.as_secs_f64(),
+        )? {
+            return Ok(Ok(()));
+        }
+        let now = sql::current_lease(conn, &self.source, &self.kind)?;
+        Ok(Err(LeaseLost(
+            now.map_or_else(|| "nobody".to_string(), |(h, _)| h),
+        )))
+    }
 }
 
 /// Where a kind's next run starts from, as the database remembers it.
@@ -43,8 +80,7 @@ pub struct SweepPosition {
 /// transaction.
 #[derive(Debug, Clone)]
 pub struct PageMark {
-    source: String,
-    kind: String,
+    fence: Fence,
     run: RunId,
     /// `None` clears the checkpoint (last page, or a run not worth resuming).
     resume_at: Option<(String, DbTime)>,
@@ -52,13 +88,18 @@ pub struct PageMark {
 }
 
 impl PageMark {
+    /// The lease check to run first in the page's transaction.
+    pub(crate) fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
     /// Records the mark in the caller's transaction; `applied` rows were written by
     /// this page.
     pub(crate) fn record(&self, conn: &mut Conn, applied: usize) -> diesel::QueryResult<()> {
         sql::set_checkpoint(
             conn,
-            &self.source,
-            &self.kind,
+            &self.fence.source,
+            &self.fence.kind,
             self.resume_at.as_ref().map(|(p, t)| (p.as_str(), *t)),
         )?;
         let mut counts = self.counts;
@@ -87,7 +128,9 @@ impl Bookkeeping {
         &self.holder
     }
 
-    /// Takes the kind's lease for `ttl` if it is free, expired or already ours.
+    /// Takes the kind's lease for `ttl` if it is free, expired or already ours, or if
+    /// its holder is a process of this host that no longer runs (killed, crashed): that
+    /// one is replaced at once instead of after its lease expires.
     pub async fn acquire_lease(
         &self,
         source: &str,
@@ -95,15 +138,79 @@ impl Bookkeeping {
         ttl: Duration,
     ) -> Result<Lease, DbError> {
         let (s, k, me) = (source.to_string(), kind.to_string(), self.holder.clone());
-        let holder = self
+        let (holder, expires_at) = self
             .db
             .write(move |c| sql::acquire_lease(c, &s, &k, &me, ttl.as_secs_f64()))
             .await?;
-        Ok(if holder == self.holder {
-            Lease::Acquired
-        } else {
-            Lease::HeldBy(holder)
-        })
+        if holder == self.holder {
+            return Ok(Lease::Acquired);
+        }
+        if holder_is_gone(&holder) {
+            let (s, k, me, dead) = (
+                source.to_string(),
+                kind.to_string(),
+                self.holder.clone(),
+                holder.clone(),
+            );
+            let taken = self
+                .db
+                .write(move |c| sql::take_over_lease(c, &s, &k, &dead, &me, ttl.as_secs_f64()))
+                .await?;
+            if taken {
+                tracing::warn!(
+                    source,
+                    kind,
+                    dead_holder = holder,
+                    "took over the reconcile lease of a process of this host that no longer runs"
+                );
+                return Ok(Lease::Acquired);
+            }
+            return Box::pin(self.acquire_lease(source, kind, ttl)).await;
+        }
+        Ok(Lease::HeldBy { holder, expires_at })
+    }
+
+    /// The lease check a write of a run of (source, kind) commits with.
+    pub fn fence(&self, source: &str, kind: &str, ttl: Duration) -> Fence {
+        Fence {
+            source: source.to_string(),
+            kind: kind.to_string(),
+            holder: self.holder.clone(),
+            ttl,
+        }
+    }
+
+    /// Keeps our lease of (source, kind) alive while the returned handle lives: renewed
+    /// every third of `ttl`, so a run waiting on the sender (retries, back-off, rate
+    /// limit, a slow page) or on deletion detection does not lose it. A lease found
+    /// lost is not taken back; the run's next fenced write fails.
+    pub fn keep_alive(
+        &self,
+        source: &str,
+        kind: &str,
+        ttl: Duration,
+    ) -> tokio_util::task::AbortOnDropHandle<()> {
+        let (book, s, k) = (self.clone(), source.to_string(), kind.to_string());
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            let every = (ttl / 3).max(Duration::from_millis(100));
+            loop {
+                tokio::time::sleep(every).await;
+                match book.renew_lease(&s, &k, ttl).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            source = s,
+                            kind = k,
+                            "the reconcile lease was lost (this process stalled longer than lease_ttl); the run writes nothing more"
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(source = s, kind = k, error = %e, "could not renew the reconcile lease; retrying")
+                    }
+                }
+            }
+        }))
     }
 
     /// Extends our lease by `ttl`; false when it is no longer ours.
@@ -199,14 +306,12 @@ impl Bookkeeping {
     pub fn page_mark(
         &self,
         run: RunId,
-        source: &str,
-        kind: &str,
+        fence: Fence,
         resume_at: Option<(String, DbTime)>,
         counts: RunCounts,
     ) -> PageMark {
         PageMark {
-            source: source.to_string(),
-            kind: kind.to_string(),
+            fence,
             run,
             resume_at,
             counts,
@@ -214,14 +319,69 @@ impl Bookkeeping {
     }
 }
 
-/// `host:pid:random`: names the process in `status` and in "skipped" messages.
+/// `host:pid:start:random`: names the process in `status` and in "skipped" messages.
+/// `start` (the process's start time, in clock ticks since boot) tells a reused pid
+/// apart; `random` tells apart two reconcilers of one process (tests run several).
 fn holder_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "host".into());
     format!(
-        "{host}:{}:{:08x}",
+        "{}:{}:{}:{:08x}",
+        hostname(),
         std::process::id(),
+        process_start(std::process::id()).unwrap_or(0),
         rand::random::<u32>()
     )
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into())
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks since boot.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `holder` names a process of this host that no longer runs. A holder of
+/// another host, or written in another format, is never declared gone: its lease
+/// expires on its own.
+fn holder_is_gone(holder: &str) -> bool {
+    let parts: Vec<&str> = holder.split(':').collect();
+    let [host, pid, start, _random] = parts[..] else {
+        return false;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    if host != hostname() || start == 0 {
+        return false;
+    }
+    process_start(pid) != Some(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_gone_only_when_its_process_on_this_host_is() {
+        let me = holder_id();
+        assert!(!holder_is_gone(&me), "this process runs: {me}");
+        let parts: Vec<&str> = me.split(':').collect();
+        let host = parts[0];
+        // Same pid, another start time: the pid was reused.
+        assert!(holder_is_gone(&format!(
+            "{host}:{}:1:0",
+            std::process::id()
+        )));
+        // A pid that cannot exist.
+        assert!(holder_is_gone(&format!("{host}:4294967295:5:0")));
+        // Another host, or an old-format holder: left to expire.
+        assert!(!holder_is_gone("elsewhere.example:1:5:0"));
+        assert!(!holder_is_gone(&format!("{host}:4294967295:abcdef12")));
+    }
 }

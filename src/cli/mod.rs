@@ -60,12 +60,20 @@ pub enum Command {
         /// Only this kind.
         #[arg(long)]
         kind: Option<String>,
-        /// Write nothing; report what would change and the first ids.
+        /// Write nothing; report what would change (and what deletion detection
+        /// would tombstone) and the first ids.
         #[arg(long)]
         dry_run: bool,
         /// Print machine-readable results on stdout.
         #[arg(long)]
         json: bool,
+        /// Wait for a kind another process is reconciling, instead of skipping it.
+        #[arg(long)]
+        wait: bool,
+        /// Let deletion detection tombstone more than the kind's max_delete_fraction
+        /// (check the ids first with --dry-run).
+        #[arg(long)]
+        allow_mass_delete: bool,
     },
 }
 
@@ -201,6 +209,8 @@ pub async fn run(cli: Cli) -> ExitCode {
             kind,
             dry_run,
             json,
+            wait,
+            allow_mass_delete,
         } => {
             reconcile::run(
                 config,
@@ -209,6 +219,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                     kind,
                     dry_run,
                     json,
+                    wait,
+                    allow_mass_delete,
                 },
             )
             .await

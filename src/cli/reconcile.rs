@@ -21,6 +21,8 @@ pub struct Args {
     pub kind: Option<String>,
     pub dry_run: bool,
     pub json: bool,
+    pub wait: bool,
+    pub allow_mass_delete: bool,
 }
 
 pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
@@ -64,6 +66,8 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     let terminal = std::io::stderr().is_terminal() && !args.json;
     let opts = RunOptions {
         dry_run: args.dry_run,
+        wait: args.wait,
+        allow_mass_delete: args.allow_mass_delete,
     };
     let mut reports = Vec::new();
     for (source, kind) in &selected {
@@ -157,19 +161,36 @@ fn print_table(reports: &[KindReport]) {
     for r in reports {
         match &r.status {
             RunStatus::Failed { error } => println!("{}/{}: {error}", r.source, r.kind),
-            RunStatus::Skipped { lease_holder } => {
+            RunStatus::Skipped {
+                lease_holder,
+                lease_expires_at,
+            } => {
                 println!(
-                    "{}/{}: another process ({lease_holder}) is reconciling it now",
+                    "{}/{}: another process ({lease_holder}) is reconciling it now; its lease expires at {lease_expires_at} \
+                     unless it renews it. Run again with --wait to wait for it",
                     r.source, r.kind
                 )
             }
-            RunStatus::Succeeded if r.dry_run && !r.would_change.is_empty() => println!(
-                "{}/{}: would write {} item(s), first: {}",
-                r.source,
-                r.kind,
-                r.counts.applied,
-                r.would_change.join(", ")
-            ),
+            RunStatus::Succeeded if r.dry_run => {
+                if !r.would_change.is_empty() {
+                    println!(
+                        "{}/{}: would write {} item(s), first: {}",
+                        r.source,
+                        r.kind,
+                        r.counts.applied,
+                        r.would_change.join(", ")
+                    );
+                }
+                if !r.would_tombstone.is_empty() {
+                    println!(
+                        "{}/{}: would tombstone {} row(s) the sender no longer lists, first: {}",
+                        r.source,
+                        r.kind,
+                        r.counts.tombstoned,
+                        r.would_tombstone.join(", ")
+                    );
+                }
+            }
             _ => {}
         }
     }

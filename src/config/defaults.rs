@@ -52,6 +52,7 @@ pub const MAX_ATTEMPTS: u32 = 5;
 pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(MINUTE);
 pub const RUN_AT_START: bool = true;
 pub const LEASE_TTL: Duration = Duration::from_secs(2 * MINUTE);
+pub const MAX_PAGE_BYTES: &str = "32MiB";
 /// Jitter is this fraction of `every`...
 pub const JITTER_DIVISOR: u32 = 10;
 /// ...at most this much.
@@ -71,6 +72,7 @@ pub const ITEM_ID: &str = "/id";
 pub const ITEM_STATE: &str = "";
 pub const INCREMENTAL_OVERLAP: Duration = Duration::from_secs(5 * MINUTE);
 pub const FULL_EVERY: Duration = Duration::from_secs(DAY);
+pub const MAX_DELETE_FRACTION: f64 = 0.1;
 
 // [sources.NAME.kinds.KIND.events."TYPE"]
 pub const EVENT_STATE: &str = "/data";

@@ -136,6 +136,9 @@ pub struct RawReconcile {
     /// How long a reconciling process holds a kind without renewing (default 2m): after
     /// a crash, the next run can start once this has passed.
     pub lease_ttl: Option<String>,
+    /// Largest response body read from the sender (default 32MiB); larger ones fail the
+    /// run without being read whole.
+    pub max_page_bytes: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +159,12 @@ pub struct RawKind {
     pub version_format: Option<VersionFormat>,
     pub state: Option<String>,
     pub get: Option<String>,
+    /// Further origins (`https://host[:port]`) this kind's next-page links and redirects
+    /// may point to; the API token is sent there too.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// Most of the kind's live rows one sweep may tombstone (default 0.1).
+    pub max_delete_fraction: Option<f64>,
     #[serde(default)]
     pub detect_deletes: bool,
     pub incremental: Option<RawIncremental>,

@@ -180,6 +180,8 @@ pub struct ReconcileConfig {
     pub run_at_start: bool,
     pub stale_after: Option<Duration>,
     pub lease_ttl: Duration,
+    /// Largest response body read from the sender.
+    pub max_page_bytes: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -253,6 +255,11 @@ pub struct KindConfig {
     pub version_format: VersionFormat,
     pub state: String,
     pub get: Option<String>,
+    /// Origins besides the source's (`api_base`, absolute `list` / `get`) that next
+    /// links and redirects may lead to, as `scheme://host:port`.
+    pub allowed_origins: Vec<String>,
+    /// Most of the kind's live rows one sweep may tombstone, 0..=1.
+    pub max_delete_fraction: f64,
     pub detect_deletes: bool,
     pub incremental: Option<IncrementalConfig>,
     /// Event type -> mapping.
@@ -289,4 +296,19 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub log: LogConfig,
     pub sources: Vec<SourceConfig>,
+}
+
+/// `scheme://host:port` of an http(s) URL (the port always written, so that
+/// `https://a` and `https://a:443` are one origin).
+pub fn origin_of(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return None;
+    }
+    Some(format!(
+        "{}://{}:{}",
+        u.scheme(),
+        u.host_str()?,
+        u.port_or_known_default()?
+    ))
 }

@@ -60,6 +60,12 @@ impl DbTime {
     }
 }
 
+impl std::fmt::Display for DbTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    }
+}
+
 /// A live connection to either backend.
 pub enum Conn {
     Postgres(PgConnection),

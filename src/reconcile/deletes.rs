@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::hash::BuildHasher;
 
+use super::sweep::{DRY_RUN_EXAMPLES, Run};
 use super::{Reconciler, RunError};
 use crate::config::{KindConfig, SourceConfig};
 use crate::db::DbTime;
@@ -35,32 +36,126 @@ impl SeenIds {
 }
 
 impl Reconciler {
-    /// Tombstones the live rows of the kind not in `seen` and not written since
-    /// `sweep_started`; returns how many.
+    /// After a complete full sweep: finds the live rows of the kind not in `seen` and
+    /// not written since `sweep_started`, and tombstones them — unless they are more
+    /// than the kind's `max_delete_fraction` of its live rows (a listing that suddenly
+    /// lacks items is more likely broken than emptied), which fails the run and
+    /// tombstones nothing unless `--allow-mass-delete` was given. A dry run counts them
+    /// and lists the first few.
     pub(super) async fn detect_deletes(
+        &self,
+        run: &mut Run<'_>,
+        seen: &SeenIds,
+        sweep_started: DbTime,
+        dry_run: bool,
+    ) -> Result<(), RunError> {
+        let (source, kind) = (run.source, run.kind);
+        // First pass: count, without writing anything.
+        let (mut live, mut gone) = (0usize, 0usize);
+        self.scan_unseen(source, kind, seen, sweep_started, |ids, unseen| {
+            live += ids;
+            gone += unseen.len();
+            if dry_run {
+                for id in unseen {
+                    if run.report.would_tombstone.len() < DRY_RUN_EXAMPLES {
+                        run.report.would_tombstone.push(id.clone());
+                    }
+                }
+            }
+        })
+        .await?;
+        if dry_run || gone == 0 {
+            run.report.counts.tombstoned = gone as i64;
+            return Ok(());
+        }
+        let fraction = kind.max_delete_fraction;
+        if gone as f64 > fraction * live as f64 && !run.opts.allow_mass_delete {
+            return Err(RunError::MassDelete {
+                sender: source.name.clone(),
+                kind: kind.name.clone(),
+                would: gone,
+                live,
+                fraction,
+            });
+        }
+        // Second pass: tombstone. A row written since the sweep began is skipped by the
+        // statement itself, so a webhook landing between the passes is safe.
+        let fence = self
+            .book
+            .fence(&source.name, &kind.name, source.reconcile.lease_ttl);
+        let mut batches: Vec<Vec<String>> = Vec::new();
+        let mut total = 0;
+        let mut after = String::new();
+        loop {
+            let ids = self
+                .store
+                .live_ids_before(
+                    &source.name,
+                    &kind.name,
+                    sweep_started,
+                    after,
+                    DELETE_SCAN_PAGE,
+                )
+                .await?;
+            let Some(last) = ids.last().cloned() else {
+                break;
+            };
+            let unseen: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
+            if !unseen.is_empty() {
+                batches.push(unseen);
+            }
+            // Tombstoned rows leave the scan (it reads live rows), so the keyset
+            // position stays valid.
+            for batch in batches.drain(..) {
+                total += self
+                    .store
+                    .tombstone(
+                        &source.name,
+                        &kind.name,
+                        batch,
+                        sweep_started,
+                        fence.clone(),
+                    )
+                    .await??;
+            }
+            after = last;
+        }
+        run.report.counts.tombstoned = total as i64;
+        Ok(())
+    }
+
+    /// Walks the kind's live rows last written before `sweep_started`, in pages; calls
+    /// `visit` with the number of rows of each page and those `seen` lacks.
+    async fn scan_unseen(
         &self,
         source: &SourceConfig,
         kind: &KindConfig,
         seen: &SeenIds,
         sweep_started: DbTime,
-    ) -> Result<usize, RunError> {
-        let (s, k) = (&source.name, &kind.name);
+        mut visit: impl FnMut(usize, &[String]),
+    ) -> Result<(), RunError> {
         let mut after = String::new();
-        let mut total = 0;
         loop {
             let ids = self
                 .store
-                .live_ids_before(s, k, sweep_started, after, DELETE_SCAN_PAGE)
+                .live_ids_before(
+                    &source.name,
+                    &kind.name,
+                    sweep_started,
+                    after,
+                    DELETE_SCAN_PAGE,
+                )
                 .await?;
             let Some(last) = ids.last().cloned() else {
-                break;
+                return Ok(());
             };
-            let gone: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
-            if !gone.is_empty() {
-                total += self.store.tombstone(s, k, gone, sweep_started).await?;
-            }
+            let unseen: Vec<String> = ids
+                .iter()
+                .filter(|id| !seen.contains(id))
+                .cloned()
+                .collect();
+            visit(ids.len(), &unseen);
             after = last;
         }
-        Ok(total)
     }
 }

@@ -27,7 +27,7 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::bookkeeping::Bookkeeping;
+use crate::bookkeeping::{Bookkeeping, LeaseLost};
 use crate::change::Pointers;
 use crate::config::{Action, Config, KindConfig, SourceConfig};
 use crate::db::DbError;
@@ -46,6 +46,8 @@ pub enum RunStatus {
     /// Another process holds the lease: it is reconciling this kind now.
     Skipped {
         lease_holder: String,
+        /// When that lease expires unless its holder renews it (RFC 3339, UTC).
+        lease_expires_at: String,
     },
 }
 
@@ -64,12 +66,20 @@ pub struct KindReport {
     /// Dry run: the first ids that would be written.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_change: Vec<String>,
+    /// Dry run: the first ids deletion detection would tombstone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_tombstone: Vec<String>,
 }
 
 /// Options of one run.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
+    /// Write nothing; report what would change (and what would be tombstoned).
     pub dry_run: bool,
+    /// Wait for another process's lease instead of skipping the kind.
+    pub wait: bool,
+    /// Let deletion detection tombstone more than the kind's `max_delete_fraction`.
+    pub allow_mass_delete: bool,
 }
 
 /// Why a run failed.
@@ -82,9 +92,29 @@ enum RunError {
     #[error("stopped by shutdown after {pages} pages; the next run resumes from there")]
     Stopped { pages: i64 },
     #[error(
-        "lost the lease (this process stalled longer than its lease); another replica took over"
+        "{0} (this process stalled longer than lease_ttl and another process took the kind over); \
+         nothing more was written by this run"
     )]
-    LeaseLost,
+    LeaseLost(#[from] LeaseLost),
+    #[error(
+        "no progress at {at}: {why}; the run stops here and does not save that position. \
+         The sender's pagination is stuck; the next run starts again"
+    )]
+    NoProgress { at: String, why: &'static str },
+    #[error(
+        "this complete sweep would tombstone {would} of {live} live rows of {sender}/{kind}, more than \
+         max_delete_fraction ({fraction}); nothing was tombstoned. If the sender really deleted them, list them with \
+         `webhook-reconciler reconcile --source {sender} --kind {kind} --dry-run`, then run \
+         `webhook-reconciler reconcile --source {sender} --kind {kind} --allow-mass-delete`"
+    )]
+    MassDelete {
+        /// The source's name (`source` would be taken for the error's cause).
+        sender: String,
+        kind: String,
+        would: usize,
+        live: usize,
+        fraction: f64,
+    },
     #[error("page fetch task: {0}")]
     FetchTask(String),
     #[error("no sender for source {0}")]
@@ -168,10 +198,12 @@ impl Reconciler {
                 counts: RunCounts::default(),
                 seconds: 0.0,
                 would_change: Vec::new(),
+                would_tombstone: Vec::new(),
             };
             let run = sweep::Run {
                 source,
                 kind,
+                opts,
                 report: &mut report,
                 cancel,
                 progress,
@@ -208,10 +240,14 @@ impl Reconciler {
                 RunStatus::Failed { error } => {
                     tracing::error!(source = source.name, kind = kind.name, error, counts = ?report.counts, "reconcile run failed; pages already applied stay applied")
                 }
-                RunStatus::Skipped { lease_holder } => tracing::info!(
+                RunStatus::Skipped {
+                    lease_holder,
+                    lease_expires_at,
+                } => tracing::info!(
                     source = source.name,
                     kind = kind.name,
                     lease_holder,
+                    lease_expires_at,
                     "reconcile run skipped: another process holds the lease"
                 ),
             }

@@ -2,12 +2,18 @@
 //! per page one bulk read of the local rows, the pure compare, and one transaction that
 //! writes what differs together with the page's bookkeeping.
 
+use std::collections::HashSet;
+use std::hash::BuildHasher;
+
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::deletes::SeenIds;
 use super::plan::Plan;
-use super::{KindReport, Mode, Reconciler, RunCounts, RunError, RunStatus, compare, item_pointers};
+use super::{
+    KindReport, Mode, Reconciler, RunCounts, RunError, RunOptions, RunStatus, compare,
+    item_pointers,
+};
 use crate::bookkeeping::{Lease, RunId};
 use crate::change::Change;
 use crate::config::{KindConfig, SourceConfig};
@@ -15,12 +21,15 @@ use crate::db::sql::RunState;
 use crate::sender::{Next, SenderError};
 
 /// How many ids a dry run lists as examples.
-const DRY_RUN_EXAMPLES: usize = 10;
+pub(super) const DRY_RUN_EXAMPLES: usize = 10;
+/// How often `reconcile --wait` asks for a lease another process holds.
+const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The context of one run, passed down once.
 pub(super) struct Run<'a> {
     pub source: &'a SourceConfig,
     pub kind: &'a KindConfig,
+    pub opts: &'a RunOptions,
     pub report: &'a mut KindReport,
     pub cancel: &'a CancellationToken,
     pub progress: &'a (dyn Fn(&RunCounts) + Send + Sync),
@@ -36,13 +45,32 @@ impl Reconciler {
     pub(super) async fn leased_run(&self, mut run: Run<'_>) -> Result<(), RunError> {
         let (s, k) = (&run.source.name, &run.kind.name);
         let ttl = run.source.reconcile.lease_ttl;
-        if let Lease::HeldBy(holder) = self.book.acquire_lease(s, k, ttl).await? {
-            run.report.status = RunStatus::Skipped {
-                lease_holder: holder,
-            };
-            return Ok(());
+        loop {
+            match self.book.acquire_lease(s, k, ttl).await? {
+                Lease::Acquired => break,
+                Lease::HeldBy { holder, expires_at } if run.opts.wait => {
+                    tracing::info!(source = s, kind = k, lease_holder = holder, lease_expires_at = %expires_at, "waiting for another process's reconcile lease");
+                    tokio::select! {
+                        () = run.cancel.cancelled() => {
+                            return Err(RunError::Stopped { pages: 0 });
+                        }
+                        () = tokio::time::sleep(LEASE_POLL) => {}
+                    }
+                }
+                Lease::HeldBy { holder, expires_at } => {
+                    run.report.status = RunStatus::Skipped {
+                        lease_holder: holder,
+                        lease_expires_at: expires_at.to_string(),
+                    };
+                    return Ok(());
+                }
+            }
         }
+        // Renews the lease while the run waits on the sender or the database; every
+        // write is fenced on the lease besides.
+        let heartbeat = self.book.keep_alive(s, k, ttl);
         let result = self.recorded_run(&mut run).await;
+        drop(heartbeat);
         // Best effort: if the database is gone the lease expires by itself.
         if let Err(e) = self.book.release_lease(s, k).await {
             tracing::warn!(error = %e, "could not release the reconcile lease");
@@ -62,7 +90,9 @@ impl Reconciler {
         // A resume point the sender no longer accepts (an expired cursor) must not
         // wedge the kind: start the sweep over from the first page, in this same run.
         if let Err(RunError::Sender(
-            e @ (SenderError::Refused { .. } | SenderError::BadPage { .. }),
+            e @ (SenderError::Refused { .. }
+            | SenderError::BadPage { .. }
+            | SenderError::ForeignOrigin { .. }),
         )) = &result
         {
             if run.report.resumed && run.report.counts.pages == 0 {
@@ -109,7 +139,7 @@ impl Reconciler {
         } = plan;
         run.report.resumed = resumed;
         run.report.mode = mode;
-        let detect = kind.detect_deletes && mode == Mode::Full && !resumed && run_id.is_some();
+        let detect = kind.detect_deletes && mode == Mode::Full && !resumed;
         let mut seen = SeenIds::default();
         let mut watermark: Option<i64> = None;
         let pointers = item_pointers(kind);
@@ -127,6 +157,7 @@ impl Reconciler {
                 sender.list_page(&kind, at.as_ref(), f).await
             }))
         };
+        let mut guard = ProgressGuard::new(at.as_ref());
         let mut pending = Some(fetch(at.clone()));
         loop {
             if run.cancel.is_cancelled() {
@@ -134,18 +165,15 @@ impl Reconciler {
                     pages: run.report.counts.pages,
                 });
             }
-            if run_id.is_some() {
-                let ttl = source.reconcile.lease_ttl;
-                if !self.book.renew_lease(&source.name, &kind.name, ttl).await? {
-                    return Err(RunError::LeaseLost);
-                }
-            }
             let Some(fetching) = pending.take() else {
                 break;
             };
             let page = fetching
                 .await
                 .map_err(|e| RunError::FetchTask(e.to_string()))??;
+            // Checked before the next page is even requested, and before this page's
+            // position could be saved.
+            guard.visit(&page.url, page.next.as_ref())?;
             if page.next.is_some() {
                 pending = Some(fetch(page.next.clone()));
             }
@@ -169,6 +197,7 @@ impl Reconciler {
                 }
             }
             drop(page.items);
+            guard.same_items_as_before(&page.url, &changes)?;
             if detect {
                 for c in &changes {
                     seen.insert(&c.id);
@@ -188,9 +217,8 @@ impl Reconciler {
             }
         }
         if detect {
-            run.report.counts.tombstoned = self
-                .detect_deletes(source, kind, &seen, sweep_started)
-                .await? as i64;
+            self.detect_deletes(run, &seen, sweep_started, run_id.is_none())
+                .await?;
         }
         if run_id.is_some() && kind.incremental.is_some() {
             let full_started = (mode == Mode::Full).then_some(sweep_started);
@@ -233,10 +261,77 @@ impl Reconciler {
             .rev()
             .map(|i| changes.swap_remove(i))
             .collect();
-        let mark = self.book.page_mark(run_id, source, kind, resume_at, counts);
-        let written = self.store.apply_page(batch, mark).await?;
+        let fence = self
+            .book
+            .fence(source, kind, run.source.reconcile.lease_ttl);
+        let mark = self.book.page_mark(run_id, fence, resume_at, counts);
+        let written = self.store.apply_page(batch, mark).await??;
         counts.applied += written as i64;
         run.report.counts = counts;
         Ok(())
+    }
+}
+
+/// Stops a sweep whose sender makes no progress: a next position (cursor, URL,
+/// `starting_after`) already visited in this run, or a page listing exactly the ids of
+/// the page before. Without it a stuck cursor would loop for ever, renewing the lease.
+struct ProgressGuard {
+    /// Every position of this run, encoded; one short string a page.
+    visited: HashSet<String>,
+    /// A hash of the previous page's ids.
+    previous_ids: Option<u64>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl ProgressGuard {
+    fn new(start: Option<&Next>) -> Self {
+        let mut visited = HashSet::new();
+        if let Some(at) = start {
+            visited.insert(at.encode());
+        }
+        Self {
+            visited,
+            previous_ids: None,
+            hasher: Default::default(),
+        }
+    }
+
+    /// Records the page fetched from `url` and refuses a `next` already visited.
+    fn visit(&mut self, url: &str, next: Option<&Next>) -> Result<(), RunError> {
+        // A page's own URL is a position too, so a self-referencing Link is caught.
+        self.visited.insert(Next::Url(url.to_string()).encode());
+        match next {
+            Some(n) if !self.visited.insert(n.encode()) => Err(RunError::NoProgress {
+                at: describe(n),
+                why: "the sender sent a next position this run has already visited",
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a page that lists exactly the ids of the page before.
+    fn same_items_as_before(&mut self, url: &str, items: &[Change]) -> Result<(), RunError> {
+        if items.is_empty() {
+            self.previous_ids = None;
+            return Ok(());
+        }
+        let hash = self
+            .hasher
+            .hash_one(items.iter().map(|c| c.id.as_str()).collect::<Vec<_>>());
+        if self.previous_ids.replace(hash) == Some(hash) {
+            return Err(RunError::NoProgress {
+                at: url.to_string(),
+                why: "the page repeats the previous page's items",
+            });
+        }
+        Ok(())
+    }
+}
+
+fn describe(n: &Next) -> String {
+    match n {
+        Next::Cursor(c) => format!("cursor {c:?}"),
+        Next::Url(u) => u.clone(),
+        Next::StartingAfter(id) => format!("starting_after {id:?}"),
     }
 }

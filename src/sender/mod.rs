@@ -7,6 +7,7 @@
 //! `reconcile.max_attempts`. Errors name the URL and the reason; the token never
 //! appears in them.
 
+pub mod link;
 pub mod page;
 
 use std::num::NonZeroU32;
@@ -19,7 +20,7 @@ use reqwest::{StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
-use crate::config::{KindConfig, SourceConfig};
+use crate::config::{KindConfig, SourceConfig, origin_of};
 pub use page::{Next, Page};
 
 /// Why a request to the sender failed for good.
@@ -43,6 +44,19 @@ pub enum SenderError {
     /// The response arrived but is not a page this kind can read.
     #[error("GET {url}: {reason}")]
     BadPage { url: String, reason: String },
+    /// A URL the sender handed us (a next link, a redirect, a resume point) leads
+    /// away from the sender's origin, or from https to http: never followed, never sent
+    /// the token.
+    #[error(
+        "GET {url}: refusing to follow a link to another origin than the sender's ({allowed}){downgrade}; \
+         the API token is only sent to the sender's own origin. If the sender really serves pages from there, \
+         add it to the kind's allowed_origins"
+    )]
+    ForeignOrigin {
+        url: String,
+        allowed: String,
+        downgrade: &'static str,
+    },
     #[error("{0}")]
     BadUrl(String),
 }
@@ -56,6 +70,13 @@ struct Attempt {
     retry_after: Option<Duration>,
 }
 
+/// A successful response: its body (read within `max_page_bytes`) and its `Link`
+/// header values.
+struct Fetched {
+    body: bytes::Bytes,
+    links: Vec<String>,
+}
+
 /// A client for one source.
 #[derive(Clone)]
 pub struct Sender {
@@ -67,12 +88,56 @@ pub struct Sender {
     page_size: u32,
     max_attempts: u32,
     max_retry_wait: Duration,
+    max_page_bytes: usize,
+    /// Origins of `api_base` and of absolute `list` / `get` URLs: where the token goes.
+    origins: Arc<Vec<String>>,
+}
+
+/// The origins the source's own URLs are on (`api_base`, absolute `list` / `get`).
+fn source_origins(source: &SourceConfig) -> Vec<String> {
+    let mut origins: Vec<String> = source
+        .api_base
+        .iter()
+        .map(String::as_str)
+        .chain(
+            source
+                .kinds
+                .iter()
+                .flat_map(|k| k.list.iter().chain(k.get.iter()))
+                .map(String::as_str),
+        )
+        .filter_map(origin_of)
+        .collect();
+    origins.sort();
+    origins.dedup();
+    origins
 }
 
 impl Sender {
     pub fn new(source: &SourceConfig) -> anyhow::Result<Self> {
         let r = &source.reconcile;
+        let origins = source_origins(source);
+        // Redirects follow the same rule as next links: only within the sender's
+        // origins (and any kind's allowed_origins). reqwest would follow any redirect,
+        // dropping the token on another host; we do not follow it at all.
+        let mut redirect_ok: Vec<String> = origins.clone();
+        redirect_ok.extend(source.kinds.iter().flat_map(|k| k.allowed_origins.clone()));
+        let policy = reqwest::redirect::Policy::custom(move |attempt| {
+            let allowed =
+                origin_of(attempt.url().as_str()).is_some_and(|o| redirect_ok.contains(&o));
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                attempt.error("too many redirects")
+            } else if allowed {
+                attempt.follow()
+            } else {
+                let to = attempt.url().to_string();
+                attempt.error(format!(
+                    "redirect to {to}, outside the sender's origin; not followed"
+                ))
+            }
+        });
         let http = reqwest::Client::builder()
+            .redirect(policy)
             .connect_timeout(r.timeout.min(Duration::from_secs(10)))
             .timeout(r.timeout)
             .user_agent(concat!("webhook-reconciler/", env!("CARGO_PKG_VERSION")))
@@ -93,6 +158,35 @@ impl Sender {
             page_size: r.page_size,
             max_attempts: r.max_attempts,
             max_retry_wait: r.max_retry_wait,
+            max_page_bytes: r.max_page_bytes,
+            origins: Arc::new(origins),
+        })
+    }
+
+    /// Refuses a URL of `kind` that leads off the sender's origins: a next link, a
+    /// stored resume point.
+    fn check_origin(&self, kind: &KindConfig, url: &Url) -> Result<(), SenderError> {
+        let origin = origin_of(url.as_str());
+        let allowed = |o: &String| self.origins.contains(o) || kind.allowed_origins.contains(o);
+        if origin.as_ref().is_some_and(allowed) {
+            return Ok(());
+        }
+        let downgrade = if url.scheme() == "http"
+            && self.origins.iter().any(|o| {
+                o.strip_prefix("https://")
+                    .and_then(|rest| rest.rsplit_once(':'))
+                    .is_some_and(|(host, _)| url.host_str() == Some(host))
+            }) {
+            ", a downgrade from https to http"
+        } else {
+            ""
+        };
+        let mut all: Vec<&str> = self.origins.iter().map(String::as_str).collect();
+        all.extend(kind.allowed_origins.iter().map(String::as_str));
+        Err(SenderError::ForeignOrigin {
+            url: url.to_string(),
+            allowed: all.join(", "),
+            downgrade,
         })
     }
 
@@ -124,7 +218,10 @@ impl Sender {
         filter: Option<(&str, &str)>,
     ) -> Result<Url, SenderError> {
         if let Some(Next::Url(u)) = at {
-            return Url::parse(u).map_err(|e| SenderError::BadUrl(format!("next link {u:?}: {e}")));
+            let url =
+                Url::parse(u).map_err(|e| SenderError::BadUrl(format!("next link {u:?}: {e}")))?;
+            self.check_origin(kind, &url)?;
+            return Ok(url);
         }
         let list = kind.list.as_deref().ok_or_else(|| {
             SenderError::BadUrl(format!("kind {} has no list endpoint", kind.name))
@@ -157,22 +254,28 @@ impl Sender {
         filter: Option<(&str, &str)>,
     ) -> Result<Page, SenderError> {
         let url = self.page_url(kind, at, filter)?;
-        let (body, link) = self.get(&url).await?.ok_or_else(|| SenderError::Refused {
+        let fetched = self.get(&url).await?.ok_or_else(|| SenderError::Refused {
             url: url.to_string(),
             reason: "404 Not Found: check the kind's list path".into(),
         })?;
+        let links: Vec<&str> = fetched.links.iter().map(String::as_str).collect();
         let mut page =
-            page::parse_page(kind, url.as_str(), &body, link.as_deref()).map_err(|reason| {
+            page::parse_page(kind, url.as_str(), &fetched.body, &links).map_err(|reason| {
                 SenderError::BadPage {
                     url: url.to_string(),
                     reason,
                 }
             })?;
-        // A relative next link is relative to the page it came from.
+        // A relative next link is relative to the page it came from; a link off the
+        // sender's origin fails the run now, before anything could save it as the
+        // position to resume from.
         if let Some(Next::Url(u)) = &page.next {
-            if let Ok(abs) = url.join(u) {
-                page.next = Some(Next::Url(abs.to_string()));
-            }
+            let abs = url.join(u).map_err(|e| SenderError::BadPage {
+                url: url.to_string(),
+                reason: format!("next link {u:?} is not a URL: {e}"),
+            })?;
+            self.check_origin(kind, &abs)?;
+            page.next = Some(Next::Url(abs.to_string()));
         }
         Ok(page)
     }
@@ -183,11 +286,10 @@ impl Sender {
         let template = kind.get.as_deref().ok_or_else(|| {
             SenderError::BadUrl(format!("kind {} has no get endpoint", kind.name))
         })?;
-        let encoded: String = url::form_urlencoded::byte_serialize(id.as_bytes()).collect();
-        let url = self.absolute(&template.replace("{id}", &encoded))?;
+        let url = self.absolute(&template.replace("{id}", &path_segment(id)?))?;
         match self.get(&url).await? {
             None => Ok(None),
-            Some((body, _)) => {
+            Some(Fetched { body, .. }) => {
                 serde_json::from_slice(&body)
                     .map(Some)
                     .map_err(|e| SenderError::BadPage {
@@ -199,7 +301,7 @@ impl Sender {
     }
 
     /// GET with rate limit and retries; `None` for 404.
-    async fn get(&self, url: &Url) -> Result<Option<(bytes::Bytes, Option<String>)>, SenderError> {
+    async fn get(&self, url: &Url) -> Result<Option<Fetched>, SenderError> {
         let backoff = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(200))
             .with_max_delay(Duration::from_secs(30))
@@ -249,7 +351,7 @@ impl Sender {
         })
     }
 
-    async fn attempt(&self, url: &Url) -> Result<Option<(bytes::Bytes, Option<String>)>, Attempt> {
+    async fn attempt(&self, url: &Url) -> Result<Option<Fetched>, Attempt> {
         self.limiter.until_ready().await;
         let mut req = self
             .http
@@ -284,19 +386,74 @@ impl Sender {
                 retry_after,
             });
         }
-        let link = resp
+        let links: Vec<String> = resp
             .headers()
-            .get(reqwest::header::LINK)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
-        let body = resp.bytes().await.map_err(|e| Attempt {
-            reason: format!("reading the body: {}", describe(&e)),
-            retryable: true,
+            .get_all(reqwest::header::LINK)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(String::from)
+            .collect();
+        let body = self.read_body(resp).await?;
+        Ok(Some(Fetched { body, links }))
+    }
+
+    /// Reads a body of at most `max_page_bytes`, chunk by chunk: a larger one is
+    /// refused as soon as it is known to be larger, never held whole.
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<bytes::Bytes, Attempt> {
+        let limit = self.max_page_bytes;
+        let too_large = || Attempt {
+            reason: format!(
+                "the response is larger than reconcile.max_page_bytes ({}); lower page_size or raise max_page_bytes",
+                bytesize::ByteSize(limit as u64)
+            ),
+            retryable: false,
             rate_limited: false,
             retry_after: None,
-        })?;
-        Ok(Some((body, link)))
+        };
+        if resp.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(too_large());
+        }
+        let mut body = bytes::BytesMut::new();
+        loop {
+            let chunk = resp.chunk().await.map_err(|e| Attempt {
+                reason: format!("reading the body: {}", describe(&e)),
+                retryable: true,
+                rate_limited: false,
+                retry_after: None,
+            })?;
+            let Some(chunk) = chunk else {
+                return Ok(body.freeze());
+            };
+            if body.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
     }
+}
+
+/// Most redirects followed for one request.
+const MAX_REDIRECTS: usize = 5;
+
+/// Characters escaped in an id put into a URL path: everything but RFC 3986's
+/// unreserved characters, so an id is always exactly one path segment.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `id` as one percent-encoded path segment (`a b` -> `a%20b`, `a/b` -> `a%2Fb`). `.`
+/// and `..` are refused: URL parsers treat them (even percent-encoded) as "this" and
+/// "the parent" segment, so the request would go to another resource.
+fn path_segment(id: &str) -> Result<String, SenderError> {
+    if id == "." || id == ".." {
+        return Err(SenderError::BadUrl(format!(
+            "resource id {id:?} cannot be put in a URL path (it would name another path); \
+             it is left for the next reconcile"
+        )));
+    }
+    Ok(percent_encoding::utf8_percent_encode(id, SEGMENT).to_string())
 }
 
 fn describe(e: &reqwest::Error) -> String {

@@ -48,12 +48,13 @@ pub struct Page {
     pub next: Option<Next>,
 }
 
-/// Reads a page body fetched from `url`. `link` is the response's `Link` header, if any.
+/// Reads a page body fetched from `url`. `links` are the response's `Link` header
+/// values (several headers may carry links).
 pub fn parse_page(
     kind: &KindConfig,
     url: &str,
     body: &[u8],
-    link: Option<&str>,
+    links: &[&str],
 ) -> Result<Page, String> {
     let doc: Value = serde_json::from_slice(body).map_err(|e| format!("page is not JSON: {e}"))?;
     let items = match doc.pointer(&kind.items) {
@@ -79,7 +80,9 @@ pub fn parse_page(
                 ));
             }
         },
-        Pagination::Link => link.and_then(next_link).map(Next::Url),
+        Pagination::Link => super::link::next_target(links.iter().copied())
+            .map_err(|e| e.to_string())?
+            .map(Next::Url),
         Pagination::Stripe => match doc.pointer(&kind.has_more) {
             Some(Value::Bool(true)) => {
                 let last = items
@@ -97,29 +100,6 @@ pub fn parse_page(
         items,
         next,
     })
-}
-
-/// The `rel="next"` target of an RFC 8288 Link header.
-pub fn next_link(header: &str) -> Option<String> {
-    for part in header.split(',') {
-        let mut pieces = part.split(';');
-        let target = pieces.next()?.trim();
-        let url = target.strip_prefix('<')?.strip_suffix('>')?;
-        let is_next = pieces.any(|p| {
-            let p = p.trim();
-            p.strip_prefix("rel=")
-                .map(|r| {
-                    r.trim_matches('"')
-                        .split_whitespace()
-                        .any(|r| r.eq_ignore_ascii_case("next"))
-                })
-                .unwrap_or(false)
-        });
-        if is_next {
-            return Some(url.to_string());
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -142,7 +122,7 @@ mod tests {
             &k,
             "http://x/k",
             br#"{"data":[{"id":"a"}],"next_cursor":"c2"}"#,
-            None,
+            &[],
         )
         .unwrap();
         assert_eq!(
@@ -151,7 +131,7 @@ mod tests {
         );
         for last in [r#"{"data":[],"next_cursor":null}"#, r#"{"data":[]}"#] {
             assert_eq!(
-                parse_page(&k, "http://x/k", last.as_bytes(), None)
+                parse_page(&k, "http://x/k", last.as_bytes(), &[])
                     .unwrap()
                     .next,
                 None
@@ -163,17 +143,17 @@ mod tests {
     fn a_page_without_items_or_not_json_is_an_error_that_says_why() {
         let k = kind("cursor");
         assert!(
-            parse_page(&k, "http://x/k", b"<html>", None)
+            parse_page(&k, "http://x/k", b"<html>", &[])
                 .unwrap_err()
                 .contains("not JSON")
         );
         assert!(
-            parse_page(&k, "http://x/k", br#"{"items":[]}"#, None)
+            parse_page(&k, "http://x/k", br#"{"items":[]}"#, &[])
                 .unwrap_err()
                 .contains("matches nothing")
         );
         assert!(
-            parse_page(&k, "http://x/k", br#"{"data":{}}"#, None)
+            parse_page(&k, "http://x/k", br#"{"data":{}}"#, &[])
                 .unwrap_err()
                 .contains("not an array")
         );
@@ -183,16 +163,18 @@ mod tests {
     fn link_pagination_follows_rel_next_only() {
         let k = kind("link");
         let h = r#"<https://api.example/o?page=1>; rel="prev", <https://api.example/o?page=3>; rel="next""#;
-        let p = parse_page(&k, "http://x/k", br#"{"data":[]}"#, Some(h)).unwrap();
+        let p = parse_page(&k, "http://x/k", br#"{"data":[]}"#, &[h]).unwrap();
         assert_eq!(
             p.next,
             Some(Next::Url("https://api.example/o?page=3".into()))
         );
-        assert_eq!(next_link(r#"<https://a/x>; rel="prev""#), None);
+        let comma = r#"<http://h/v1/o?page=2&fields=id,version>; rel="next""#;
+        let p = parse_page(&k, "http://x/k", br#"{"data":[]}"#, &[comma]).unwrap();
         assert_eq!(
-            next_link(r#"<https://a/x>; rel="next last""#).as_deref(),
-            Some("https://a/x")
+            p.next,
+            Some(Next::Url("http://h/v1/o?page=2&fields=id,version".into()))
         );
+        assert!(parse_page(&k, "http://x/k", br#"{"data":[]}"#, &["<broken"]).is_err());
     }
 
     #[test]
@@ -202,7 +184,7 @@ mod tests {
             &k,
             "http://x/k",
             br#"{"data":[{"id":"a"},{"id":"b"}],"has_more":true}"#,
-            None,
+            &[],
         )
         .unwrap();
         assert_eq!(p.next, Some(Next::StartingAfter("b".into())));
@@ -210,7 +192,7 @@ mod tests {
             &k,
             "http://x/k",
             br#"{"data":[{"id":"c"}],"has_more":false}"#,
-            None,
+            &[],
         )
         .unwrap();
         assert_eq!(p.next, None);

@@ -67,13 +67,38 @@ pub enum Fault {
     Malformed,
 }
 
+/// A listing that misbehaves the way a broken or hostile sender's does.
+#[derive(Debug, Clone)]
+pub enum Quirk {
+    /// Link style: the next link carries a comma in its query (`fields=id,version`), sits
+    /// among other links with `rel` lists, and a second `Link` header is sent too.
+    AwkwardLinks,
+    /// Link style: the next link points to this other base URL (another origin).
+    ForeignNext(String),
+    /// Link style: the next link is the URL just requested.
+    SelfLink,
+    /// Cursor style: `next_cursor` never advances; every page is the first.
+    StuckCursor,
+    /// Stripe style: `has_more` stays true and every page is the first.
+    StuckHasMore,
+    /// Every page carries a field of this many bytes.
+    Padding(usize),
+    /// List request number `n` (1-based, all kinds) is answered after `delay`.
+    SlowRequest { n: u64, delay: std::time::Duration },
+}
+
 #[derive(Default)]
 struct World {
     kinds: HashMap<String, (Style, Listing)>,
+    quirks: Vec<Quirk>,
+    /// The `Authorization` header of every request, in order (`None`: absent).
+    authorizations: Vec<Option<String>>,
     /// Faults by the number of the list request they answer (1-based, all kinds).
     faults: BTreeMap<u64, Fault>,
     list_requests: u64,
     get_requests: u64,
+    /// The id of every get request, as the server decoded it from the path.
+    get_paths: Vec<String>,
 }
 
 /// The running simulated sender. Dropping it stops the server.
@@ -175,6 +200,21 @@ impl SimSender {
         lock(&self.world).faults.insert(n, fault);
     }
 
+    /// Makes the listing misbehave (see [`Quirk`]); several may be combined.
+    pub fn add_quirk(&self, quirk: Quirk) {
+        lock(&self.world).quirks.push(quirk);
+    }
+
+    /// Stops every misbehaviour: the sender is fixed.
+    pub fn clear_quirks(&self) {
+        lock(&self.world).quirks.clear();
+    }
+
+    /// The `Authorization` header of every request received, in order.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        lock(&self.world).authorizations.clone()
+    }
+
     /// List requests served so far (faults included).
     pub fn list_requests(&self) -> u64 {
         lock(&self.world).list_requests
@@ -182,6 +222,11 @@ impl SimSender {
 
     pub fn get_requests(&self) -> u64 {
         lock(&self.world).get_requests
+    }
+
+    /// The ids of the get requests received, as decoded from their paths.
+    pub fn get_ids(&self) -> Vec<String> {
+        lock(&self.world).get_paths.clone()
     }
 }
 
@@ -203,19 +248,52 @@ fn fault_response(fault: Fault) -> Response {
     }
 }
 
+fn authorization(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
+}
+
 async fn list(
     State(world): State<Arc<Mutex<World>>>,
     Path(kind): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
-    let mut w = lock(&world);
-    w.list_requests += 1;
+    let delay = {
+        let mut w = lock(&world);
+        w.list_requests += 1;
+        w.authorizations.push(authorization(&headers));
+        let n = w.list_requests;
+        w.quirks.iter().find_map(|q| match q {
+            Quirk::SlowRequest { n: slow, delay } if *slow == n => Some(*delay),
+            _ => None,
+        })
+    };
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
+    list_page(&world, &kind, &q, &uri, &headers)
+}
+
+fn list_page(
+    world: &Mutex<World>,
+    kind: &str,
+    q: &HashMap<String, String>,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+) -> Response {
+    let w = &mut *lock(world);
     let n = w.list_requests;
     if let Some(fault) = w.faults.remove(&n) {
         return fault_response(fault);
     }
-    let Some((style, listing)) = w.kinds.get(&kind) else {
+    let quirks = w.quirks.clone();
+    let has = |f: fn(&Quirk) -> bool| quirks.iter().any(f);
+    let stuck = has(|q| matches!(q, Quirk::StuckCursor | Quirk::StuckHasMore));
+    let Some((style, listing)) = w.kinds.get(kind) else {
         return (StatusCode::NOT_FOUND, "no such kind").into_response();
     };
     let limit: usize = q
@@ -229,7 +307,9 @@ async fn list(
         Style::Link => q.get("after"),
         Style::Stripe => q.get("starting_after"),
     }
-    .cloned();
+    .cloned()
+    // A stuck sender serves the first page whatever the position says.
+    .filter(|_| !stuck);
     let since = q
         .get("updated_since")
         .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok());
@@ -244,35 +324,66 @@ async fn list(
         }
     }
     let (items, more) = page_of(listing, after.as_deref(), limit, since);
+    // A stuck sender always says more pages follow.
+    let more = more || stuck;
     let last = items
         .last()
         .and_then(|v| v.get("id"))
         .and_then(Value::as_str)
         .map(String::from);
     let style = *style;
-    drop(w);
-    match style {
-        Style::Cursor => axum::Json(json!({
+    let padding = quirks.iter().find_map(|q| match q {
+        Quirk::Padding(n) => Some("x".repeat(*n)),
+        _ => None,
+    });
+    let mut body = match style {
+        Style::Cursor => json!({
             "data": items,
-            "next_cursor": if more { last.map(Value::from).unwrap_or(Value::Null) } else { Value::Null },
-        }))
-        .into_response(),
-        Style::Stripe => axum::Json(json!({"object": "list", "data": items, "has_more": more})).into_response(),
-        Style::Link => {
-            let mut r = axum::Json(json!({"data": items})).into_response();
-            if let (true, Some(last)) = (more, last) {
-                let host = headers
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .unwrap_or("127.0.0.1");
-                let link = format!("<http://{host}/{kind}?limit={limit}&after={last}>; rel=\"next\"");
-                if let Ok(v) = HeaderValue::from_str(&link) {
-                    r.headers_mut().insert(header::LINK, v);
-                }
+            "next_cursor": if more { last.clone().map(Value::from).unwrap_or(Value::Null) } else { Value::Null },
+        }),
+        Style::Stripe => json!({"object": "list", "data": items, "has_more": more}),
+        Style::Link => json!({"data": items}),
+    };
+    if let (Some(p), Some(obj)) = (padding, body.as_object_mut()) {
+        obj.insert("padding".into(), Value::from(p));
+    }
+    let mut r = axum::Json(body).into_response();
+    if style == Style::Link {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("127.0.0.1");
+        let base = quirks
+            .iter()
+            .find_map(|q| match q {
+                Quirk::ForeignNext(other) => Some(other.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| format!("http://{host}"));
+        let mut links: Vec<String> = Vec::new();
+        if let (true, Some(last)) = (more, last) {
+            if has(|q| matches!(q, Quirk::SelfLink)) {
+                links.push(format!("<http://{host}{uri}>; rel=\"next\""));
+            } else if has(|q| matches!(q, Quirk::AwkwardLinks)) {
+                links.push(format!(
+                    "<{base}/{kind}?limit={limit}>; rel=\"first\", <{base}/{kind}?limit={limit}&after={last}&fields=id,version>; rel=\"last NEXT\"; title=\"page, next\""
+                ));
+                links.push(format!(
+                    "<{base}/{kind}?limit={limit}&fields=id,version>; rel=\"start\""
+                ));
+            } else {
+                links.push(format!(
+                    "<{base}/{kind}?limit={limit}&after={last}>; rel=\"next\""
+                ));
             }
-            r
+        }
+        for link in links {
+            if let Ok(v) = HeaderValue::from_str(&link) {
+                r.headers_mut().append(header::LINK, v);
+            }
         }
     }
+    r
 }
 
 /// An item's `updated_at` field, for `?updated_since=` filtering.
@@ -327,9 +438,12 @@ fn page_of(
 async fn get_one(
     State(world): State<Arc<Mutex<World>>>,
     Path((kind, id)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Response {
     let mut w = lock(&world);
     w.get_requests += 1;
+    w.authorizations.push(authorization(&headers));
+    w.get_paths.push(id.clone());
     match w.kinds.get(&kind) {
         Some((_, Listing::Stored(items))) => match items.get(&id) {
             Some(item) => axum::Json(SimSender::item_json(&id, item)).into_response(),

@@ -12,7 +12,7 @@ pub mod retention;
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::bookkeeping::PageMark;
+use crate::bookkeeping::{Fence, LeaseLost, PageMark};
 use crate::change::{Change, Origin, ResourceKey};
 use crate::config::Backend;
 use crate::db::sql::StoredRow;
@@ -80,14 +80,22 @@ impl Store {
         self.db.write(move |conn| apply_batch(conn, &changes)).await
     }
 
-    /// A reconcile page: [`Self::apply_batch`] and the run's bookkeeping for the page
-    /// (`mark`) in one transaction. Returns how many rows were written.
-    pub async fn apply_page(&self, changes: Vec<Change>, mark: PageMark) -> Result<usize, DbError> {
+    /// A reconcile page: the run's lease check, [`Self::apply_batch`] and the run's
+    /// bookkeeping for the page (`mark`), in one transaction. Returns how many rows were
+    /// written, or, when the lease is no longer the run's, writes nothing.
+    pub async fn apply_page(
+        &self,
+        changes: Vec<Change>,
+        mark: PageMark,
+    ) -> Result<Result<usize, LeaseLost>, DbError> {
         self.db
             .write(move |conn| {
+                if let Err(lost) = mark.fence().check(conn)? {
+                    return Ok(Err(lost));
+                }
                 let written = apply_batch(conn, &changes)?.len();
                 mark.record(conn, written)?;
-                Ok(written)
+                Ok(Ok(written))
             })
             .await
     }
@@ -246,16 +254,20 @@ impl Store {
         kind: &str,
         ids: Vec<String>,
         before: DbTime,
-    ) -> Result<usize, DbError> {
+        fence: Fence,
+    ) -> Result<Result<usize, LeaseLost>, DbError> {
         let (source, kind) = (source.to_string(), kind.to_string());
         self.db
             .write(move |conn| {
+                if let Err(lost) = fence.check(conn)? {
+                    return Ok(Err(lost));
+                }
                 let mut n = 0;
                 for chunk in ids.chunks(sql::MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
                     n += sql::tombstone(conn, &source, &kind, &refs, before)?;
                 }
-                Ok(n)
+                Ok(Ok(n))
             })
             .await
     }

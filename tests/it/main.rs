@@ -9,6 +9,7 @@ mod helpers;
 
 mod cli;
 mod demo;
+mod hostile_sender;
 mod operations;
 mod process;
 mod reconcile;

@@ -85,18 +85,18 @@ state = "/data"
     )
 }
 
-async fn sim_with(style: Style) -> SimSender {
+pub async fn sim_with(style: Style) -> SimSender {
     let sim = SimSender::start().await.unwrap();
     sim.add_kind("orders", style);
     sim.add_kind("refunds", style);
     sim
 }
 
-fn order_fields(status: &str) -> Value {
+pub fn order_fields(status: &str) -> Value {
     json!({"status": status, "amount": 4200})
 }
 
-async fn reconciler_for(config: &str) -> Reconciler {
+pub async fn reconciler_for(config: &str) -> Reconciler {
     let config = Config::from_toml_str(config).unwrap();
     let db = Db::connect(&config.database).unwrap();
     let d = db.clone();
@@ -112,25 +112,31 @@ async fn reconciler_for(config: &str) -> Reconciler {
     .unwrap()
 }
 
-async fn run(r: &Reconciler, kind: &str, dry_run: bool) -> KindReport {
+pub async fn run(r: &Reconciler, kind: &str, dry_run: bool) -> KindReport {
+    run_with(
+        r,
+        kind,
+        RunOptions {
+            dry_run,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+pub async fn run_with(r: &Reconciler, kind: &str, opts: RunOptions) -> KindReport {
     let (s, k) = r
         .kinds(Some("shop"), Some(kind))
         .into_iter()
         .next()
         .map(|(s, k)| (s.clone(), k.clone()))
         .unwrap();
-    r.run_kind(
-        &s,
-        &k,
-        &RunOptions { dry_run },
-        &CancellationToken::new(),
-        &|_| {},
-    )
-    .await
+    r.run_kind(&s, &k, &opts, &CancellationToken::new(), &|_| {})
+        .await
 }
 
 /// Asserts the local rows of `kind` equal the sender's items (version and state).
-fn assert_converged(db: &TestDb, sim: &SimSender, sim_kind: &str, kind: &str) {
+pub fn assert_converged(db: &TestDb, sim: &SimSender, sim_kind: &str, kind: &str) {
     let items = sim.items(sim_kind);
     assert_eq!(
         db.count(&format!("resources WHERE kind = '{kind}' AND NOT deleted")),
@@ -492,7 +498,8 @@ async fn a_complete_sweep_tombstones_rows_the_sender_no_longer_lists(b: Backend)
         &sim,
         Style::Cursor,
         "",
-        "detect_deletes = true",
+        // 2 of 10 is above the default max_delete_fraction (0.1).
+        "detect_deletes = true\nmax_delete_fraction = 0.5",
     ))
     .await;
     run(&r, "order", false).await;

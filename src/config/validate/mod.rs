@@ -50,6 +50,19 @@ impl Checker {
         }
     }
 
+    fn size(&mut self, key: &str, text: &str) -> usize {
+        match text.parse::<bytesize::ByteSize>() {
+            Ok(b) if b.as_u64() > 0 => usize::try_from(b.as_u64()).unwrap_or(usize::MAX),
+            _ => {
+                self.fail(
+                    key,
+                    format!("{text:?} is not a size; write it like \"32MiB\" or \"512KiB\""),
+                );
+                0
+            }
+        }
+    }
+
     fn pointer(&mut self, key: &str, pointer: &str) -> String {
         if !(pointer.is_empty() || pointer.starts_with('/')) {
             self.fail(

@@ -274,6 +274,12 @@ fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> Reconcile
             r.lease_ttl.as_deref(),
             defaults::LEASE_TTL,
         ),
+        max_page_bytes: c.size(
+            &key("max_page_bytes"),
+            r.max_page_bytes
+                .as_deref()
+                .unwrap_or(defaults::MAX_PAGE_BYTES),
+        ),
     }
 }
 
@@ -335,6 +341,32 @@ fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> Ki
             raw.state.as_deref().unwrap_or(defaults::ITEM_STATE),
         ),
         get: raw.get.clone(),
+        allowed_origins: raw
+            .allowed_origins
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| match origin_of(o) {
+                Some(origin) => Some(origin),
+                None => {
+                    c.fail(
+                        format!("{base}.allowed_origins[{i}]"),
+                        format!("{o:?} is not an origin; write it as \"https://host\" or \"https://host:port\""),
+                    );
+                    None
+                }
+            })
+            .collect(),
+        max_delete_fraction: match raw.max_delete_fraction {
+            Some(f) if (0.0..=1.0).contains(&f) => f,
+            Some(f) => {
+                c.fail(
+                    key("max_delete_fraction"),
+                    format!("{f} is out of range; use a fraction from 0 (never tombstone) to 1 (no limit)"),
+                );
+                defaults::MAX_DELETE_FRACTION
+            }
+            None => defaults::MAX_DELETE_FRACTION,
+        },
         detect_deletes: raw.detect_deletes,
         incremental: raw
             .incremental

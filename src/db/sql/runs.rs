@@ -146,15 +146,23 @@ pub fn update_run(
     Ok(())
 }
 
+#[derive(diesel::QueryableByName)]
+struct LeaseRow {
+    #[diesel(sql_type = Text)]
+    holder: String,
+    #[diesel(sql_type = Text)]
+    expires_at: String,
+}
+
 /// Takes the lease of a (source, kind) for `ttl_secs`, if it is free, expired, or ours.
-/// Returns the holder after the call: `holder` when taken.
+/// Returns the holder after the call (`holder` when taken) and when its lease expires.
 pub fn acquire_lease(
     conn: &mut Conn,
     source: &str,
     kind: &str,
     holder: &str,
     ttl_secs: f64,
-) -> diesel::QueryResult<String> {
+) -> diesel::QueryResult<(String, DbTime)> {
     let b = conn.backend();
     let q = query(
         b,
@@ -172,15 +180,58 @@ pub fn acquire_lease(
         .bind::<Text, _>(holder)
         .bind::<Double, _>(ttl_secs)
         .execute(c))?;
+    current_lease(conn, source, kind)?.ok_or(diesel::result::Error::NotFound)
+}
+
+/// Who holds the lease of a (source, kind), and until when.
+pub fn current_lease(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+) -> diesel::QueryResult<Option<(String, DbTime)>> {
+    let b = conn.backend();
     let q = query(
         b,
-        "SELECT holder AS v FROM reconcile_leases WHERE source = $1 AND kind = $2",
+        &format!(
+            "SELECT holder, {} AS expires_at FROM reconcile_leases WHERE source = $1 AND kind = $2",
+            ts_text(b, "expires_at")
+        ),
     );
-    let r: TextValue = on_conn!(conn, c => q
+    let mut rows: Vec<LeaseRow> = on_conn!(conn, c => q
         .bind::<Text, _>(source)
         .bind::<Text, _>(kind)
-        .get_result(c))?;
-    Ok(r.v)
+        .load(c))?;
+    rows.pop()
+        .map(|r| Ok((r.holder, DbTime::parse(&r.expires_at)?)))
+        .transpose()
+}
+
+/// Replaces `dead`'s lease with ours (compare and swap on the holder); false when the
+/// lease has meanwhile moved on.
+pub fn take_over_lease(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    dead: &str,
+    holder: &str,
+    ttl_secs: f64,
+) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE reconcile_leases SET holder = $4, expires_at = {} WHERE source = $1 AND kind = $2 AND holder = $3",
+            plus_seconds(b, 5)
+        ),
+    );
+    let n = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(dead)
+        .bind::<Text, _>(holder)
+        .bind::<Double, _>(ttl_secs)
+        .execute(c))?;
+    Ok(n == 1)
 }
 
 /// Extends our lease; false when it is no longer ours (it expired and was taken).

@@ -362,7 +362,8 @@ impl Sender {
         }
         let resp = req.send().await.map_err(|e| Attempt {
             reason: describe(&e),
-            retryable: true,
+            // A refused redirect is refused again on every attempt.
+            retryable: !e.is_redirect(),
             rate_limited: false,
             retry_after: None,
         })?;

@@ -83,6 +83,9 @@ pub enum Quirk {
     StuckHasMore,
     /// Every page carries a field of this many bytes.
     Padding(usize),
+    /// Every list request is answered with a redirect to the same path and query on
+    /// this other base URL.
+    RedirectTo(String),
     /// List request number `n` (1-based, all kinds) is answered after `delay`.
     SlowRequest { n: u64, delay: std::time::Duration },
 }
@@ -267,6 +270,13 @@ async fn list(
         w.list_requests += 1;
         w.authorizations.push(authorization(&headers));
         let n = w.list_requests;
+        let redirect = w.quirks.iter().find_map(|q| match q {
+            Quirk::RedirectTo(base) => Some(base.clone()),
+            _ => None,
+        });
+        if let Some(base) = redirect {
+            return axum::response::Redirect::temporary(&format!("{base}{uri}")).into_response();
+        }
         w.quirks.iter().find_map(|q| match q {
             Quirk::SlowRequest { n: slow, delay } if *slow == n => Some(*delay),
             _ => None,

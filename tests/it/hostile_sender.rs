@@ -24,6 +24,7 @@ both_backends!(
     a_sweep_that_suddenly_lists_half_the_items_tombstones_nothing_unless_allowed,
     a_run_that_lost_its_lease_writes_nothing_more_and_fails_naming_the_holder,
     get_puts_an_id_in_exactly_one_path_segment,
+    a_redirect_to_another_origin_is_not_followed,
 );
 
 fn failed_error(report: &webhook_reconciler::reconcile::KindReport) -> String {
@@ -295,4 +296,30 @@ async fn get_puts_an_id_in_exactly_one_path_segment(b: Backend) {
         ids.len() as u64,
         "no request for \"..\""
     );
+}
+
+async fn a_redirect_to_another_origin_is_not_followed(b: Backend) {
+    let db = TestDb::new(b);
+    let sim = filled(Style::Cursor, 10).await;
+    let elsewhere = filled(Style::Cursor, 10).await;
+    sim.add_quirk(Quirk::RedirectTo(elsewhere.base_url()));
+    let config = reconcile_config(
+        &db.url,
+        &sim,
+        Style::Cursor,
+        "api_token = \"tok-sender-secret\"",
+        "",
+    );
+    let r = reconciler_for(&config).await;
+    let report = run(&r, "order", false).await;
+    let error = failed_error(&report);
+    assert!(error.contains("redirect to"), "{error}");
+    assert!(error.contains(&elsewhere.base_url()), "{error}");
+    assert_eq!(
+        elsewhere.list_requests(),
+        0,
+        "never followed, so never sent the token"
+    );
+    assert_eq!(sim.list_requests(), 1, "a refused redirect is not retried");
+    assert_eq!(db.count("resources"), 0);
 }

@@ -269,3 +269,85 @@ async fn sigterm_during_a_reconcile_finishes_the_page_exits_0_and_the_next_run_r
     assert_eq!(json[0]["resumed"], true);
     assert_eq!(db.count("resources"), 150);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_killed_with_sigkill_is_replaced_at_once_by_the_next_run() {
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let db = TestDb::new(backend);
+        let sim = sim_with_orders(150).await;
+        let dir = tempfile::tempdir().unwrap();
+        // A long lease: the rerun must not wait for it to expire.
+        let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
+            .replace("requests_per_second = 1000", "requests_per_second = 5")
+            .replace("lease_ttl = \"3s\"", "lease_ttl = \"10m\"");
+        let config = write_migrated_config(dir.path(), &text);
+        let mut child = bin()
+            .env("RUST_LOG", "warn")
+            .arg("--config")
+            .arg(&config)
+            .args(["reconcile", "--kind", "order"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let midway = eventually(Duration::from_secs(20), || async {
+            db.count("resources") >= 14
+        })
+        .await;
+        assert!(midway, "{backend:?}: the first run never got going");
+        signal(child.id(), "KILL");
+        child.wait().unwrap();
+        assert_eq!(
+            db.count("reconcile_leases"),
+            1,
+            "{backend:?}: the dead run's lease is left"
+        );
+
+        let (code, json, stderr) = reconcile_json(config, &["--kind", "order"]).await;
+        assert_eq!(code, 0, "{backend:?}: {stderr}");
+        assert_eq!(json[0]["status"], "succeeded", "{backend:?}: {json}");
+        assert_eq!(json[0]["resumed"], true, "{backend:?}: {json}");
+        assert_eq!(db.count("resources"), 150, "{backend:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_holder_is_named_with_its_expiry_and_wait_waits_for_it() {
+    let db = TestDb::new(Backend::Sqlite);
+    let sim = sim_with_orders(20).await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "");
+    let config = write_migrated_config(dir.path(), &text);
+    // A live process of another host holds the kind for two more seconds.
+    db.execute(
+        "INSERT INTO reconcile_leases (source, kind, holder, expires_at) VALUES \
+         ('shop', 'order', 'other-host:4242:17:0', strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+2 seconds'))",
+    );
+    let out = tokio::task::spawn_blocking({
+        let config = config.clone();
+        move || {
+            bin()
+                .env("RUST_LOG", "warn")
+                .arg("--config")
+                .arg(&config)
+                .args(["reconcile", "--kind", "order"])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("other-host:4242:17:0"), "{stdout}");
+    assert!(stdout.contains("expires at"), "{stdout}");
+    assert!(stdout.contains("--wait"), "{stdout}");
+    assert_eq!(db.count("resources"), 0);
+
+    let started = std::time::Instant::now();
+    let (code, json, stderr) = reconcile_json(config, &["--kind", "order", "--wait"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(json[0]["status"], "succeeded", "{json}");
+    assert!(started.elapsed() >= Duration::from_millis(500), "it waited");
+    assert_eq!(db.count("resources"), 20);
+}

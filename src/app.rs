@@ -54,6 +54,9 @@ impl Application {
         let store = Store::new(db.clone());
         let (conflict_tx, conflicts) = tokio::sync::mpsc::channel(CONFLICT_QUEUE);
         let mut receivers = Vec::new();
+        for w in &config.warnings {
+            tracing::warn!(key = w.key, "configuration: {}", w.message);
+        }
         for source in &config.sources {
             if source.webhook.scheme == Scheme::None {
                 tracing::warn!(

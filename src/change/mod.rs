@@ -5,6 +5,7 @@
 //! database. `tie` holds the tie rule both flows obey, in Rust (its SQL twin is
 //! `db::sql::guard_condition`).
 
+pub mod limits;
 pub mod tie;
 
 use chrono::DateTime;
@@ -147,12 +148,14 @@ fn lookup<'a>(
 pub fn read_id(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
     let v = lookup(doc, "id", pointer)?;
     match v {
-        Value::String(s) if s.is_empty() || s.contains('\0') => Err(ExtractError::Invalid {
-            what: "id",
-            pointer: pointer.into(),
-            reason: "it is empty or contains a NUL character".into(),
-        }),
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => match limits::check_id(s) {
+            Ok(()) => Ok(s.clone()),
+            Err(reason) => Err(ExtractError::Invalid {
+                what: "id",
+                pointer: pointer.into(),
+                reason,
+            }),
+        },
         Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
         other => Err(ExtractError::WrongType {
             what: "id",
@@ -204,7 +207,13 @@ pub fn read_version(
             };
             let t = DateTime::parse_from_rfc3339(s)
                 .map_err(|e| invalid(format!("{s:?} is not an RFC 3339 timestamp ({e})")))?;
-            Ok(t.timestamp_micros())
+            let micros = t.timestamp_micros();
+            if micros < 0 {
+                return Err(invalid(format!(
+                    "{s:?} is before 1970; timestamps used as versions must be later"
+                )));
+            }
+            Ok(micros)
         }
         VersionFormat::Unix => {
             let secs: f64 = match v {
@@ -239,23 +248,12 @@ pub fn read_version(
 /// and a state must mean the same on both backends.
 pub fn read_state(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
     let v = lookup(doc, "state", pointer)?;
-    if has_nul(v) {
-        return Err(ExtractError::Invalid {
-            what: "state",
-            pointer: pointer.into(),
-            reason: "it contains a NUL character (\\u0000), which cannot be stored".into(),
-        });
-    }
+    limits::check_state(v).map_err(|reason| ExtractError::Invalid {
+        what: "state",
+        pointer: pointer.into(),
+        reason,
+    })?;
     Ok(canonical_json(v))
-}
-
-fn has_nul(v: &Value) -> bool {
-    match v {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
-    }
 }
 
 /// serde_json's map is ordered by key, so serialising a parsed value is canonical.

@@ -242,6 +242,9 @@ fn config_error(e: &ConfigError) -> ExitCode {
 
 fn print_config_summary(config: &Config) {
     println!("configuration OK");
+    for w in &config.warnings {
+        println!("  warning: {}: {}", w.key, w.message);
+    }
     println!("  database: {}", config.database.redacted_url());
     println!("  listen:   {}", config.http.listen);
     for s in &config.sources {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::types::{Action, LogFormat, Pagination, SchemeName, VersionFormat};
+use super::types::{Action, LogFormat, Pagination, SchemeName, Synchronous, VersionFormat};
 
 /// The file format, section by section. A key left out is `None` here; its default is
 /// in `super::defaults`.
@@ -33,6 +33,8 @@ pub struct RawDatabase {
     pub acquire_timeout: Option<String>,
     /// How long SQLite waits for another writer's lock before giving up.
     pub busy_timeout: Option<String>,
+    /// SQLite's `synchronous` pragma: `full` (default) or `normal`.
+    pub synchronous: Option<Synchronous>,
 }
 
 #[derive(Debug, Default, Deserialize)]

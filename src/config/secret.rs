@@ -84,6 +84,12 @@ impl WebhookSecret {
             }
             _ => value.into_bytes(),
         };
+        if bytes.is_empty() {
+            return Err(
+                "decodes to an empty key, with which anyone could sign deliveries; use the secret the sender shows"
+                    .into(),
+            );
+        }
         Ok(Self(SecretSlice::from(bytes)))
     }
 

@@ -241,3 +241,40 @@ fn an_unknown_enum_value_is_named_with_the_accepted_values() {
     let toml = SPEC_EXAMPLE.replace("scheme = \"hmac-sha256\"", "scheme = \"md5\"");
     has_problem(&toml, "sources.shop.webhook.scheme", "standard-webhooks");
 }
+
+#[test]
+fn a_database_password_given_as_a_query_parameter_is_redacted_too() {
+    let c = Config::from_toml_str(
+        "[database]\nurl = \"postgres://app@db.internal/app?sslmode=require&password=S3cr3t&SSLPassword=k3y\"",
+    )
+    .unwrap();
+    assert_eq!(
+        c.database.redacted_url(),
+        "postgres://app@db.internal/app?sslmode=require&password=***&SSLPassword=***"
+    );
+    assert!(!format!("{c:?}").contains("S3cr3t"));
+}
+
+#[test]
+fn a_standard_webhooks_secret_must_have_a_key_and_a_short_one_is_warned_about() {
+    let base = "[sources.s.webhook]\nscheme = \"standard-webhooks\"\n";
+    has_problem(
+        &format!("{base}secrets = [\"whsec_\"]"),
+        "sources.s.webhook.secrets[0]",
+        "empty key",
+    );
+    for empty in ["\"\"", "{ env = \"WR_TEST_SURELY_UNSET_VAR\" }"] {
+        assert!(
+            !problems(&format!("[sources.s.webhook]\nsecrets = [{empty}]")).is_empty(),
+            "{empty}"
+        );
+    }
+    // 16 bytes: accepted, with a warning naming the key.
+    let c = Config::from_toml_str(&format!(
+        "{base}secrets = [\"whsec_MDEyMzQ1Njc4OWFiY2RlZg==\"]"
+    ))
+    .unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(c.warnings[0].key, "sources.s.webhook.secrets[0]");
+    assert!(c.warnings[0].message.contains("24 to 64"));
+}

@@ -26,7 +26,29 @@ pub struct DatabaseConfig {
     pub migrate: bool,
     pub acquire_timeout: Duration,
     pub busy_timeout: Duration,
+    pub synchronous: Synchronous,
     pub(super) redacted: String,
+}
+
+/// SQLite's durability: when a commit returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// Every commit is on disk before it returns: a 2xx survives a power cut.
+    #[default]
+    Full,
+    /// Faster; in WAL mode a power cut or OS crash can lose the last commits, which
+    /// were already answered 2xx (the sender will not send them again).
+    Normal,
+}
+
+impl Synchronous {
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
 }
 
 impl DatabaseConfig {
@@ -296,6 +318,9 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub log: LogConfig,
     pub sources: Vec<SourceConfig>,
+    /// Settings that work but deserve a look (`check-config` prints them, `serve` logs
+    /// them at start), each naming its key.
+    pub warnings: Vec<super::Problem>,
 }
 
 /// `scheme://host:port` of an http(s) URL (the port always written, so that

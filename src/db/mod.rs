@@ -23,7 +23,7 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 use secrecy::ExposeSecret;
 use tokio::sync::Semaphore;
 
-use crate::config::{Backend, DatabaseConfig};
+use crate::config::{Backend, DatabaseConfig, Synchronous};
 
 const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
@@ -108,6 +108,68 @@ pub enum DbError {
     Task(String),
 }
 
+/// What a database error means for the work that hit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The database cannot take writes right now (connection lost, shutting down, a lock
+    /// or statement timeout, a serialization failure, SQLite busy): the same work
+    /// succeeds later. A webhook gets 503 + Retry-After.
+    Unavailable,
+    /// The database refused this work's data (a check or not-null violation, a value too
+    /// long or out of range, invalid text): retrying can never succeed. A webhook gets
+    /// 422 and a dead letter, never 503 (its sender would retry it for ever).
+    Data,
+    /// Neither is known: treated as unavailable (nothing is lost), and logged as an
+    /// error so a new case is seen and classified.
+    Unknown,
+}
+
+/// Message fragments (lower case) of errors that mean "not now", for the errors diesel
+/// reports as `Unknown` (it exposes no SQLSTATE): PostgreSQL's 57014 statement timeout,
+/// 55P03 lock not available, 40P01 deadlock, 57P0x shutdown, 53xxx resources; SQLite's
+/// BUSY and LOCKED.
+const UNAVAILABLE_MESSAGES: &[&str] = &[
+    "canceling statement due to statement timeout",
+    "canceling statement due to lock timeout",
+    "could not obtain lock",
+    "lock timeout",
+    "deadlock detected",
+    "could not serialize access",
+    "terminating connection",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "the database system is in recovery mode",
+    "server closed the connection",
+    "no connection to the server",
+    "too many connections",
+    "out of memory",
+    "no space left on device",
+    "could not extend file",
+    "database is locked",
+    "database table is locked",
+    "disk i/o error",
+];
+
+/// Message fragments of errors caused by one write's data: PostgreSQL's class 22 (data
+/// exception: value too long, numeric out of range, invalid text, untranslatable
+/// character) and 54000 (index row too large); SQLite's TOOBIG.
+const DATA_MESSAGES: &[&str] = &[
+    "value too long",
+    "out of range",
+    "value overflows numeric format",
+    "numeric field overflow",
+    "invalid input syntax",
+    "invalid byte sequence",
+    "unsupported unicode escape sequence",
+    "has no equivalent in encoding",
+    "index row size",
+    "index row requires",
+    "exceeds btree",
+    "string or blob too big",
+    "malformed json",
+    "invalid json",
+];
+
 impl DbError {
     /// True when the database itself is out of reach (as opposed to one statement
     /// failing): retrying the same work elsewhere in this process would fail too.
@@ -120,6 +182,32 @@ impl DbError {
                 _,
             )) => true,
             DbError::Query(_) => false,
+        }
+    }
+
+    /// Whether the error means "not now", "never with this data", or is unknown.
+    pub fn class(&self) -> ErrorClass {
+        use diesel::result::{DatabaseErrorKind as K, Error};
+        let info = match self {
+            DbError::Unavailable(_) | DbError::Task(_) => return ErrorClass::Unavailable,
+            DbError::Query(Error::DatabaseError(kind, info)) => match kind {
+                K::ClosedConnection
+                | K::UnableToSendCommand
+                | K::SerializationFailure
+                | K::ReadOnlyTransaction => return ErrorClass::Unavailable,
+                K::CheckViolation | K::NotNullViolation | K::ForeignKeyViolation => {
+                    return ErrorClass::Data;
+                }
+                _ => info.message().to_lowercase(),
+            },
+            DbError::Query(other) => other.to_string().to_lowercase(),
+        };
+        if UNAVAILABLE_MESSAGES.iter().any(|m| info.contains(m)) {
+            ErrorClass::Unavailable
+        } else if DATA_MESSAGES.iter().any(|m| info.contains(m)) {
+            ErrorClass::Data
+        } else {
+            ErrorClass::Unknown
         }
     }
 }
@@ -136,6 +224,7 @@ struct Manager {
     url: String,
     backend: Backend,
     busy_timeout: Duration,
+    synchronous: Synchronous,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +236,7 @@ impl ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> Result<PoolConn, ConnectError> {
-        connect(&self.url, self.backend, self.busy_timeout).map(|conn| PoolConn {
+        connect(&self.url, self.backend, self.busy_timeout, self.synchronous).map(|conn| PoolConn {
             conn,
             broken: false,
         })
@@ -164,7 +253,12 @@ impl ManageConnection for Manager {
     }
 }
 
-fn connect(url: &str, backend: Backend, busy_timeout: Duration) -> Result<Conn, ConnectError> {
+fn connect(
+    url: &str,
+    backend: Backend,
+    busy_timeout: Duration,
+    synchronous: Synchronous,
+) -> Result<Conn, ConnectError> {
     match backend {
         Backend::Postgres => PgConnection::establish(url)
             .map(Conn::Postgres)
@@ -175,9 +269,12 @@ fn connect(url: &str, backend: Backend, busy_timeout: Duration) -> Result<Conn, 
                 .map_err(|e| ConnectError(format!("cannot open SQLite database {path:?}: {e}")))?;
             // WAL is set once, by Db::connect: it persists in the file, and switching to
             // it takes an exclusive lock that would race with the other connections.
+            // synchronous = FULL by default: a 2xx is sent only after the write is
+            // durable, and with NORMAL a power cut can lose commits already answered.
             c.batch_execute(&format!(
-                "PRAGMA busy_timeout = {}; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
-                busy_timeout.as_millis()
+                "PRAGMA busy_timeout = {}; PRAGMA synchronous = {}; PRAGMA foreign_keys = ON;",
+                busy_timeout.as_millis(),
+                synchronous.pragma()
             ))
             .map_err(|e| ConnectError(format!("cannot configure SQLite database {path:?}: {e}")))?;
             Ok(Conn::Sqlite(c))
@@ -206,8 +303,8 @@ impl Db {
     /// back-off and lets later writers overtake earlier ones.
     pub fn connect(cfg: &DatabaseConfig) -> Result<Db, DbError> {
         let url = cfg.url.expose_secret().to_string();
-        let mut first =
-            connect(&url, cfg.backend, cfg.busy_timeout).map_err(|e| DbError::Unavailable(e.0))?;
+        let mut first = connect(&url, cfg.backend, cfg.busy_timeout, cfg.synchronous)
+            .map_err(|e| DbError::Unavailable(e.0))?;
         if let Conn::Sqlite(c) = &mut first {
             // Readers and the writer then no longer block each other.
             c.batch_execute("PRAGMA journal_mode = WAL")?;
@@ -228,6 +325,7 @@ impl Db {
                     url: url.clone(),
                     backend: cfg.backend,
                     busy_timeout: cfg.busy_timeout,
+                    synchronous: cfg.synchronous,
                 })
         };
         let (writer, reader, permits) = match cfg.backend {

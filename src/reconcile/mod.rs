@@ -69,6 +69,9 @@ pub struct KindReport {
     /// Dry run: the first ids deletion detection would tombstone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub would_tombstone: Vec<String>,
+    /// The first listed items that were skipped: URL, index, id and reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// Options of one run.
@@ -115,6 +118,12 @@ enum RunError {
         live: usize,
         fraction: f64,
     },
+    #[error(
+        "{count} listed item(s) could not be read or stored and were skipped (first: {first}); \
+         the rest of the run was applied and its position saved, so the next run goes past them. \
+         Fix the kind's pointers if the listing changed shape, or report the item to the sender"
+    )]
+    SkippedItems { count: i64, first: String },
     #[error("page fetch task: {0}")]
     FetchTask(String),
     #[error("no sender for source {0}")]
@@ -199,6 +208,7 @@ impl Reconciler {
                 seconds: 0.0,
                 would_change: Vec::new(),
                 would_tombstone: Vec::new(),
+                skipped: Vec::new(),
             };
             let run = sweep::Run {
                 source,

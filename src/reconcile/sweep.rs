@@ -17,6 +17,7 @@ use super::{
 use crate::bookkeeping::{Lease, RunId};
 use crate::change::Change;
 use crate::config::{KindConfig, SourceConfig};
+use crate::db::ErrorClass;
 use crate::db::sql::RunState;
 use crate::sender::{Next, SenderError};
 
@@ -141,6 +142,7 @@ impl Reconciler {
         run.report.mode = mode;
         let detect = kind.detect_deletes && mode == Mode::Full && !resumed;
         let mut seen = SeenIds::default();
+        let mut unreadable_ids = false;
         let mut watermark: Option<i64> = None;
         let pointers = item_pointers(kind);
         let filter: Option<(String, String)> = match (&kind.incremental, since) {
@@ -177,30 +179,42 @@ impl Reconciler {
             if page.next.is_some() {
                 pending = Some(fetch(page.next.clone()));
             }
-            let bad = |i: usize, e: crate::change::ExtractError| {
-                RunError::Sender(SenderError::BadPage {
-                    url: page.url.clone(),
-                    reason: format!("item {i}: {e}"),
-                })
-            };
-            let mut changes: Vec<Change> = Vec::with_capacity(page.items.len());
-            for (i, item) in page.items.iter().enumerate() {
-                changes.push(
-                    pointers
-                        .read(item, &source.name, &kind.name)
-                        .map_err(|e| bad(i, e))?,
-                );
-                if let Some(inc) = &kind.incremental {
-                    let t = crate::change::read_version(item, &inc.field, inc.format)
-                        .map_err(|e| bad(i, e))?;
-                    watermark = Some(watermark.map_or(t, |w| w.max(t)));
+            // An item that cannot be read is reported and skipped; the rest of the page
+            // and the run go on (one bad item must not wedge the kind).
+            let mut changes: Vec<Listed> = Vec::with_capacity(page.items.len());
+            for (index, item) in page.items.iter().enumerate() {
+                let read = pointers
+                    .read(item, &source.name, &kind.name)
+                    .and_then(|c| match &kind.incremental {
+                        Some(inc) => crate::change::read_version(item, &inc.field, inc.format)
+                            .map(|t| (c, Some(t))),
+                        None => Ok((c, None)),
+                    });
+                match read {
+                    Ok((change, modified)) => {
+                        if let Some(t) = modified {
+                            watermark = Some(watermark.map_or(t, |w| w.max(t)));
+                        }
+                        changes.push(Listed { index, change });
+                    }
+                    Err(e) => {
+                        // A skipped item still counts as listed for deletion detection;
+                        // one without a readable id could be any row, so this sweep
+                        // then detects no deletions.
+                        let id = crate::change::read_id(item, &kind.id).ok();
+                        match &id {
+                            Some(id) => seen.insert(id),
+                            None => unreadable_ids = true,
+                        }
+                        run.skip(&page.url, index, id.as_deref(), &e.to_string());
+                    }
                 }
             }
             drop(page.items);
-            guard.same_items_as_before(&page.url, &changes)?;
+            guard.same_items_as_before(&page.url, changes.iter().map(|l| l.change.id.as_str()))?;
             if detect {
-                for c in &changes {
-                    seen.insert(&c.id);
+                for l in &changes {
+                    seen.insert(&l.change.id);
                 }
             }
             at = page.next;
@@ -210,13 +224,20 @@ impl Reconciler {
                 .as_ref()
                 .filter(|_| mode == Mode::Full)
                 .map(|n| (n.encode(), sweep_started));
-            self.page(run, changes, run_id, resume_at).await?;
+            self.page(run, &page.url, changes, run_id, resume_at)
+                .await?;
             (run.progress)(&run.report.counts);
             if at.is_none() {
                 break;
             }
         }
-        if detect {
+        if detect && unreadable_ids {
+            tracing::warn!(
+                source = source.name,
+                kind = kind.name,
+                "deletion detection skipped: an item without a readable id was listed"
+            );
+        } else if detect {
             self.detect_deletes(run, &seen, sweep_started, run_id.is_none())
                 .await?;
         }
@@ -226,6 +247,12 @@ impl Reconciler {
                 .advance_watermark(&source.name, &kind.name, watermark, full_started)
                 .await?;
         }
+        if run.report.counts.skipped > 0 {
+            return Err(RunError::SkippedItems {
+                count: run.report.counts.skipped,
+                first: run.report.skipped.first().cloned().unwrap_or_default(),
+            });
+        }
         Ok(())
     }
 
@@ -234,11 +261,14 @@ impl Reconciler {
     async fn page(
         &self,
         run: &mut Run<'_>,
-        changes: Vec<Change>,
+        url: &str,
+        listed: Vec<Listed>,
         run_id: Option<RunId>,
         resume_at: Option<(String, crate::db::DbTime)>,
     ) -> Result<(), RunError> {
         let (source, kind) = (&run.source.name, &run.kind.name);
+        let (indexes, changes): (Vec<usize>, Vec<Change>) =
+            listed.into_iter().map(|l| (l.index, l.change)).unzip();
         let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
         let local = self.store.stored_rows(source, kind, ids).await?;
         // The counts become the run's only once the page is committed.
@@ -256,19 +286,82 @@ impl Reconciler {
             return Ok(());
         };
         let mut changes = changes;
-        let batch: Vec<Change> = write
+        let batch: Vec<Listed> = write
             .into_iter()
             .rev()
-            .map(|i| changes.swap_remove(i))
+            .map(|i| Listed {
+                index: indexes[i],
+                change: changes.swap_remove(i),
+            })
             .collect();
-        let fence = self
-            .book
-            .fence(source, kind, run.source.reconcile.lease_ttl);
-        let mark = self.book.page_mark(run_id, fence, resume_at, counts);
-        let written = self.store.apply_page(batch, mark).await??;
-        counts.applied += written as i64;
+        let ttl = run.source.reconcile.lease_ttl;
+        let mark = |counts| {
+            let fence = self.book.fence(source, kind, ttl);
+            self.book
+                .page_mark(run_id, fence, resume_at.clone(), counts)
+        };
+        let all: Vec<Change> = batch.iter().map(|l| l.change.clone()).collect();
+        match self.store.apply_page(all, mark(counts)).await {
+            Ok(written) => {
+                counts.applied += written? as i64;
+                run.report.counts = counts;
+                return Ok(());
+            }
+            Err(e) if e.class() == ErrorClass::Data => {
+                tracing::warn!(source, kind, url, error = %e, "the database refused an item of this page; writing its items one by one to find it");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        // One by one: an item the database refuses is reported and skipped, the others
+        // are written, and the page's bookkeeping is recorded with the last of them.
         run.report.counts = counts;
+        for l in batch {
+            let id = l.change.id.clone();
+            match self
+                .store
+                .apply_page(vec![l.change], mark(run.report.counts))
+                .await
+            {
+                Ok(written) => run.report.counts.applied += written? as i64,
+                Err(e) if e.class() == ErrorClass::Data => {
+                    run.skip(
+                        url,
+                        l.index,
+                        Some(&id),
+                        &format!("the database refused it: {e}"),
+                    );
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.store
+            .apply_page(Vec::new(), mark(run.report.counts))
+            .await??;
         Ok(())
+    }
+}
+
+/// A listed item read as a change, with its index in the page (for reports).
+struct Listed {
+    index: usize,
+    change: Change,
+}
+
+impl Run<'_> {
+    /// Reports and counts a listed item that could not be read or stored.
+    fn skip(&mut self, url: &str, index: usize, id: Option<&str>, reason: &str) {
+        let id = id.map_or_else(|| "(unreadable)".to_string(), |id| format!("{id:?}"));
+        let line = format!("{url} item {index} (id {id}): {reason}");
+        if self.report.skipped.len() < DRY_RUN_EXAMPLES {
+            tracing::warn!(
+                source = self.source.name,
+                kind = self.kind.name,
+                item = line,
+                "listed item skipped"
+            );
+            self.report.skipped.push(line);
+        }
+        self.report.counts.skipped += 1;
     }
 }
 
@@ -310,14 +403,17 @@ impl ProgressGuard {
     }
 
     /// Refuses a page that lists exactly the ids of the page before.
-    fn same_items_as_before(&mut self, url: &str, items: &[Change]) -> Result<(), RunError> {
-        if items.is_empty() {
+    fn same_items_as_before<'a>(
+        &mut self,
+        url: &str,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> Result<(), RunError> {
+        let ids: Vec<&str> = ids.collect();
+        if ids.is_empty() {
             self.previous_ids = None;
             return Ok(());
         }
-        let hash = self
-            .hasher
-            .hash_one(items.iter().map(|c| c.id.as_str()).collect::<Vec<_>>());
+        let hash = self.hasher.hash_one(&ids);
         if self.previous_ids.replace(hash) == Some(hash) {
             return Err(RunError::NoProgress {
                 at: url.to_string(),

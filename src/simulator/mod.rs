@@ -33,6 +33,8 @@ pub struct Item {
     pub version: i64,
     /// Extra fields of the item (merged with `id` and `version` when served).
     pub fields: Value,
+    /// Served exactly as this instead (a malformed item), when set.
+    pub raw: Option<Value>,
 }
 
 /// Items computed from their index instead of stored, for listings of millions.
@@ -165,7 +167,29 @@ impl SimSender {
     /// Creates or replaces a stored item.
     pub fn put(&self, kind: &str, id: &str, version: i64, fields: Value) {
         if let Some((_, Listing::Stored(items))) = lock(&self.world).kinds.get_mut(kind) {
-            items.insert(id.into(), Item { version, fields });
+            items.insert(
+                id.into(),
+                Item {
+                    version,
+                    fields,
+                    raw: None,
+                },
+            );
+        }
+    }
+
+    /// Creates or replaces a stored item served exactly as `served` (for items a
+    /// careless sender gets wrong: a version that is not a number, a missing id...).
+    pub fn put_raw(&self, kind: &str, id: &str, served: Value) {
+        if let Some((_, Listing::Stored(items))) = lock(&self.world).kinds.get_mut(kind) {
+            items.insert(
+                id.into(),
+                Item {
+                    version: 0,
+                    fields: Value::Null,
+                    raw: Some(served),
+                },
+            );
         }
     }
 
@@ -178,6 +202,9 @@ impl SimSender {
 
     /// The item as served: `{"id", "version", ...fields}`.
     pub fn item_json(id: &str, item: &Item) -> Value {
+        if let Some(raw) = &item.raw {
+            return raw.clone();
+        }
         let mut v = json!({"id": id, "version": item.version});
         if let (Some(obj), Some(fields)) = (v.as_object_mut(), item.fields.as_object()) {
             for (k, f) in fields {

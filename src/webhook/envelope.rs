@@ -23,6 +23,8 @@ pub enum EnvelopeError {
     NotObject,
     #[error("envelope has no {0:?} (a non-empty string without NUL characters is required)")]
     Missing(&'static str),
+    #[error("envelope {field:?} is refused: {reason}")]
+    Invalid { field: &'static str, reason: String },
 }
 
 /// Event id and type carried in headers by schemes whose bodies may lack them
@@ -38,15 +40,22 @@ pub fn parse(body: &[u8], headers: HeaderIds<'_>) -> Result<Envelope, EnvelopeEr
     let doc: Value =
         serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let obj = doc.as_object().ok_or(EnvelopeError::NotObject)?;
-    let field = |name: &'static str, fallback: Option<&str>| match obj.get(name) {
-        Some(Value::String(s)) if !s.is_empty() && !s.contains('\0') => Ok(s.clone()),
-        // Integer ids are common enough (older APIs) to accept.
-        Some(Value::Number(n)) if name == "id" && (n.is_u64() || n.is_i64()) => Ok(n.to_string()),
-        None => fallback
-            .filter(|f| !f.is_empty() && !f.contains('\0'))
-            .map(String::from)
-            .ok_or(EnvelopeError::Missing(name)),
-        _ => Err(EnvelopeError::Missing(name)),
+    let field = |name: &'static str, fallback: Option<&str>| {
+        let value = match obj.get(name) {
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            // Integer ids are common enough (older APIs) to accept.
+            Some(Value::Number(n)) if name == "id" && (n.is_u64() || n.is_i64()) => n.to_string(),
+            None => fallback
+                .filter(|f| !f.is_empty())
+                .map(String::from)
+                .ok_or(EnvelopeError::Missing(name))?,
+            _ => return Err(EnvelopeError::Missing(name)),
+        };
+        crate::change::limits::check_id(&value).map_err(|reason| EnvelopeError::Invalid {
+            field: name,
+            reason,
+        })?;
+        Ok(value)
     };
     let id = field("id", headers.id)?;
     let event_type = field("type", headers.event_type)?;

@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use http::HeaderMap;
 
 use crate::config::{Scheme, SourceConfig};
-use crate::db::DbError;
+use crate::db::{DbError, ErrorClass};
+
+/// Longest reason kept with a dead letter.
+const MAX_REASON_BYTES: usize = 500;
 use crate::store::{Delivery, Outcome, Store};
 use envelope::{EnvelopeError, HeaderIds, KindMapping};
 use verify::{Verifier, VerifyError};
@@ -105,6 +108,54 @@ impl Receiver {
         &self.source
     }
 
+    /// What to answer when the guarded write failed: "not now" is 503 (the sender's
+    /// retry succeeds later); an error caused by this delivery's data is 422 and a dead
+    /// letter (a 503 would make the sender retry it for its whole retry window); an
+    /// unknown error is 503 too, so nothing is lost, and logged as an error.
+    async fn database_refused(
+        &self,
+        e: DbError,
+        env: envelope::Envelope,
+        body: &[u8],
+    ) -> Rejection {
+        match e.class() {
+            ErrorClass::Unavailable => Rejection::Unavailable(e),
+            ErrorClass::Unknown => {
+                tracing::error!(source = self.source, event_id = env.id, error = %e, "unclassified database error; answered 503 so that nothing is lost. Please report it");
+                Rejection::Unavailable(e)
+            }
+            ErrorClass::Data => {
+                let mut reason = format!("the database refused this delivery's data: {e}");
+                if reason.len() > MAX_REASON_BYTES {
+                    let cut = (0..=MAX_REASON_BYTES)
+                        .rev()
+                        .find(|i| reason.is_char_boundary(*i))
+                        .unwrap_or(0);
+                    reason.truncate(cut);
+                    reason.push_str("...");
+                }
+                let kept = self
+                    .store
+                    .dead_letter(
+                        self.source.clone(),
+                        env.id.clone(),
+                        env.event_type.clone(),
+                        reason.clone(),
+                        String::from_utf8_lossy(body).into_owned(),
+                    )
+                    .await;
+                match kept {
+                    Ok(()) => Rejection::Unprocessable {
+                        event_id: env.id,
+                        event_type: env.event_type,
+                        reason,
+                    },
+                    Err(e) => Rejection::Unavailable(e),
+                }
+            }
+        }
+    }
+
     /// Verifies, parses and applies one delivery at time `now` (unix seconds).
     pub async fn receive(
         &self,
@@ -140,15 +191,19 @@ impl Receiver {
         let key = change
             .as_ref()
             .map(|c| (c.source.clone(), c.kind.clone(), c.id.clone()));
-        let outcome = self
+        let applied = self
             .store
             .apply_event(Delivery {
                 source: self.source.clone(),
                 event_id: env.id.clone(),
-                event_type: env.event_type,
+                event_type: env.event_type.clone(),
                 change,
             })
-            .await?;
+            .await;
+        let outcome = match applied {
+            Ok(outcome) => outcome,
+            Err(e) => return Err(self.database_refused(e, env, body).await),
+        };
         if let (Outcome::Conflict, Some(tx), Some(key)) = (outcome, &self.conflicts, key) {
             // A full queue drops the request: the next reconcile resolves it anyway.
             let _ = tx.try_send(key);

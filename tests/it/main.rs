@@ -10,6 +10,7 @@ mod helpers;
 mod cli;
 mod demo;
 mod hostile_sender;
+mod input_limits;
 mod operations;
 mod process;
 mod reconcile;

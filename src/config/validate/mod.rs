@@ -19,9 +19,17 @@ use source::validate_source;
 #[derive(Default)]
 struct Checker {
     problems: Vec<Problem>,
+    warnings: Vec<Problem>,
 }
 
 impl Checker {
+    fn warn(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
     fn fail(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem {
             key: key.into(),
@@ -116,6 +124,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             db.busy_timeout.as_deref(),
             defaults::BUSY_TIMEOUT,
         ),
+        synchronous: db.synchronous.unwrap_or_default(),
         redacted,
     };
 
@@ -202,6 +211,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             retention,
             log,
             sources,
+            warnings: c.warnings,
         })
     } else {
         Err(ConfigError {
@@ -225,15 +235,35 @@ fn database_backend(url: &str) -> Result<(Backend, String), String> {
 }
 
 fn redact_password(url: &str) -> String {
-    // postgres://user:password@host/db -> postgres://user:***@host/db
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+    // postgres://user:password@host/db?sslpassword=x -> postgres://user:***@host/db?sslpassword=***
+    let (main, query) = match url.split_once('?') {
+        Some((m, q)) => (m, Some(q)),
+        None => (url, None),
     };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_string();
+    let mut out = match main.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((userinfo, host)) => match userinfo.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                None => main.to_string(),
+            },
+            None => main.to_string(),
+        },
+        None => main.to_string(),
     };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _))
+                    if ["password", "sslpassword"].contains(&k.to_ascii_lowercase().as_str()) =>
+                {
+                    format!("{k}=***")
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
     }
+    out
 }

@@ -7,6 +7,9 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use super::Checker;
+
+/// The smallest Standard Webhooks key the specification recommends.
+const STDWH_MIN_KEY_BYTES: usize = 24;
 use crate::config::raw::{self, RawEvent, RawKind, RawSource};
 use crate::config::types::*;
 use crate::config::{WebhookSecret, defaults, secret};
@@ -171,9 +174,21 @@ fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConf
     }
     let mut secrets = Vec::new();
     for (i, s) in w.secrets.iter().enumerate() {
+        let key = format!("sources.{name}.webhook.secrets[{i}]");
         match secret::resolve(s).and_then(|v| WebhookSecret::new(&scheme, v)) {
-            Ok(s) => secrets.push(s),
-            Err(e) => c.fail(format!("sources.{name}.webhook.secrets[{i}]"), e),
+            Ok(s) => {
+                if scheme == Scheme::StandardWebhooks && s.expose().len() < STDWH_MIN_KEY_BYTES {
+                    c.warn(
+                        &key,
+                        format!(
+                            "the key is {} bytes; the Standard Webhooks specification recommends 24 to 64 random bytes",
+                            s.expose().len()
+                        ),
+                    );
+                }
+                secrets.push(s);
+            }
+            Err(e) => c.fail(key, e),
         }
     }
     let tolerance = c.opt_duration(

@@ -66,6 +66,8 @@ pub struct RunCounts {
     pub applied: i64,
     /// Live rows the complete sweep did not see, marked deleted.
     pub tombstoned: i64,
+    /// Listed items that could not be read or stored: reported and skipped.
+    pub skipped: i64,
 }
 
 /// The database's clock: the one clock every replica agrees on, used for sweep starts
@@ -126,7 +128,8 @@ pub fn update_run(
         b,
         &format!(
             "UPDATE reconcile_runs SET status = $1, finished_at = {finished}, pages = $2, scanned = $3, missing = $4, \
-             newer_remote = $5, differing = $6, newer_local = $7, equal = $8, applied = $9, tombstoned = $10, error = $11 WHERE id = $12"
+             newer_remote = $5, differing = $6, newer_local = $7, equal = $8, applied = $9, tombstoned = $10, error = $11, \
+             skipped = $13 WHERE id = $12"
         ),
     );
     on_conn!(conn, c => q
@@ -142,6 +145,7 @@ pub fn update_run(
         .bind::<BigInt, _>(counts.tombstoned)
         .bind::<Nullable<Text>, _>(error)
         .bind::<BigInt, _>(id)
+        .bind::<BigInt, _>(counts.skipped)
         .execute(c))?;
     Ok(())
 }

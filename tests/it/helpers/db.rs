@@ -142,6 +142,25 @@ impl TestDb {
         rows.pop().map(|o| o.outcome)
     }
 
+    /// Every dead letter as (event id, reason).
+    pub fn dead_letter_reasons(&self) -> Vec<(String, String)> {
+        #[derive(QueryableByName)]
+        struct D {
+            #[diesel(sql_type = Text)]
+            event_id: String,
+            #[diesel(sql_type = Text)]
+            reason: String,
+        }
+        let q = sql_query("SELECT event_id, reason FROM dead_letters ORDER BY event_id");
+        let rows: Vec<D> = match self.backend {
+            Backend::Postgres => q
+                .load(&mut PgConnection::establish(&self.url).unwrap())
+                .unwrap(),
+            Backend::Sqlite => q.load(&mut self.sqlite()).unwrap(),
+        };
+        rows.into_iter().map(|d| (d.event_id, d.reason)).collect()
+    }
+
     /// Runs a statement (test setup: backdating rows and the like).
     pub fn execute(&self, sql: &str) {
         match self.backend {

@@ -87,6 +87,14 @@ action = "delete"
 id = "/data/refund_id"
 state = "/data"
 
+[sources.shop.kinds.shipment]
+version = "/updated_at"
+version_format = "rfc3339"
+[sources.shop.kinds.shipment.events."shipment.updated"]
+id = "/data/shipment_id"
+version = "/data/updated_at"
+state = "/data"
+
 [sources.billing.webhook]
 scheme = "stripe"
 secrets = ["{STRIPE_SECRET}"]

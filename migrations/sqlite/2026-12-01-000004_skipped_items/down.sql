@@ -1,0 +1,1 @@
+ALTER TABLE reconcile_runs DROP COLUMN skipped;

@@ -208,3 +208,51 @@ fn the_demo_command_exits_0_when_converged_1_when_not_and_2_on_bad_flags() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--loss"));
 }
+
+#[test]
+fn a_database_password_in_the_url_query_never_shows_in_any_output() {
+    let db = TestDb::new(Backend::Postgres);
+    // Trust authentication ignores the password; libpq accepts it as a parameter.
+    let url = format!("{}?sslmode=disable&password=S3cr3tPw-in-query", db.url);
+    let mut seen = String::new();
+    for args in [
+        &["check-config"][..],
+        &["migrate"],
+        &["status"],
+        &["status", "--json"],
+        &["prune"],
+    ] {
+        let out = bin()
+            .args(args)
+            .env("WEBHOOK_RECONCILER__DATABASE__URL", &url)
+            .env("RUST_LOG", "trace")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        seen.push_str(&String::from_utf8_lossy(&out.stdout));
+        seen.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(
+        seen.contains("password=***"),
+        "check-config shows the redacted URL: {seen}"
+    );
+    assert!(!seen.contains("S3cr3tPw"), "{seen}");
+
+    // An unreachable server: the error names the server, not the password.
+    let out = bin()
+        .arg("migrate")
+        .env(
+            "WEBHOOK_RECONCILER__DATABASE__URL",
+            "postgres://postgres@127.0.0.1:1/none?password=S3cr3tPw-in-query",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("S3cr3tPw"), "{err}");
+}

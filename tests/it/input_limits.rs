@@ -271,3 +271,71 @@ async fn a_listing_item_that_cannot_be_read_or_stored_is_skipped_and_reported(b:
     assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
     assert_converged(&db, &sim, "orders", "order");
 }
+
+both_backends!(a_mapped_github_event_type_whose_body_lacks_its_fields_is_a_422);
+
+/// GitHub's event type comes from a header its signature does not cover: a type that is
+/// mapped but whose body lacks the mapped fields is a clear 422, never a silent success.
+async fn a_mapped_github_event_type_whose_body_lacks_its_fields_is_a_422(b: Backend) {
+    use webhook_reconciler::webhook::verify::sign;
+    let app = spawn_app(b).await;
+    let body = json!({"action": "created", "comment": {"id": 5}}).to_string();
+    let r = app
+        .client
+        .post(app.url("/webhooks/gh"))
+        .header("X-GitHub-Delivery", "d-1")
+        .header("X-GitHub-Event", "issues")
+        .header(
+            "X-Hub-Signature-256",
+            sign::github(crate::helpers::GITHUB_SECRET.as_bytes(), body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 422);
+    assert!(dead_letter_reason(&app.db, "d-1").contains("/issue/id"));
+    assert_eq!(app.db.count("resources"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_daemon_writes_sqlite_with_synchronous_full() {
+    use diesel::RunQueryDsl;
+    use webhook_reconciler::app::Application;
+    use webhook_reconciler::config::Config;
+    use webhook_reconciler::db::Conn;
+
+    #[derive(diesel::QueryableByName)]
+    struct Sync {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        synchronous: i32,
+    }
+    fn pragma(c: &mut Conn) -> diesel::QueryResult<i32> {
+        let Conn::Sqlite(c) = c else {
+            unreachable!("a SQLite test")
+        };
+        let r: Sync = diesel::sql_query("PRAGMA synchronous").get_result(c)?;
+        Ok(r.synchronous)
+    }
+    let db = TestDb::new(Backend::Sqlite);
+    let config = Config::from_toml_str(&crate::helpers::config_toml(&db.url, "")).unwrap();
+    let app = Application::build(config).await.unwrap();
+    let handle = app.db().clone();
+    let server = tokio::spawn(async move { app.run_until(std::future::pending()).await });
+    // 2 = FULL: every commit is on disk before the 200 is sent.
+    assert_eq!(handle.write(pragma).await.unwrap(), 2, "the writer");
+    assert_eq!(handle.read(pragma).await.unwrap(), 2, "a reader");
+    server.abort();
+
+    let config = Config::from_toml_str(&crate::helpers::config_toml(
+        &db.url,
+        "synchronous = \"normal\"",
+    ))
+    .unwrap();
+    let handle = webhook_reconciler::db::Db::connect(&config.database).unwrap();
+    assert_eq!(
+        handle.write(pragma).await.unwrap(),
+        1,
+        "NORMAL when asked for"
+    );
+}

@@ -13,6 +13,7 @@ mod hostile_sender;
 mod input_limits;
 mod operations;
 mod process;
+mod properties;
 mod reconcile;
 mod store;
 mod tie_rule;

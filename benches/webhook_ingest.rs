@@ -9,7 +9,8 @@
 //!
 //! Options: --backend postgres|sqlite|both, --events N (each delivered twice),
 //! --concurrency C (default 32), --pool P (PostgreSQL connections, default 32),
-//! --pgbench-seconds S (default 15). PostgreSQL server: $WR_TEST_PG
+//! --pgbench-seconds S (default 15), --synchronous full|normal|both (SQLite's durability,
+//! default full as in the product; `both` measures what FULL costs). PostgreSQL server: $WR_TEST_PG
 //! (default postgres://postgres@127.0.0.1:5432).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
 
@@ -35,6 +36,7 @@ struct Args {
     concurrency: usize,
     pool: u32,
     pgbench_seconds: u32,
+    synchronous: Vec<&'static str>,
 }
 
 fn args() -> Args {
@@ -44,6 +46,7 @@ fn args() -> Args {
         concurrency: 32,
         pool: 32,
         pgbench_seconds: 15,
+        synchronous: vec!["full"],
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -68,6 +71,14 @@ fn args() -> Args {
             }
             "--pool" => {
                 a.pool = val().parse().expect("--pool P");
+                i += 1;
+            }
+            "--synchronous" => {
+                a.synchronous = match val().as_str() {
+                    "normal" => vec!["normal"],
+                    "both" => vec!["full", "normal"],
+                    _ => vec!["full"],
+                };
                 i += 1;
             }
             "--pgbench-seconds" => {
@@ -122,11 +133,12 @@ fn count(backend: Backend, url: &str, sql: &str) -> i64 {
     rows[0].n
 }
 
-fn config(url: &str, pool: u32) -> Config {
+fn config(url: &str, pool: u32, synchronous: &str) -> Config {
     Config::from_toml_str(&format!(
         r#"
 [database]
 url = "{url}"
+synchronous = "{synchronous}"
 max_connections = {pool}
 acquire_timeout = "30s"
 [http]
@@ -340,7 +352,15 @@ fn main() {
         a.concurrency
     );
     let mut ok = true;
-    for backend in a.backends.clone() {
+    let runs: Vec<(Backend, &str)> = a
+        .backends
+        .iter()
+        .flat_map(|b| match b {
+            Backend::Postgres => vec![(*b, "full")],
+            Backend::Sqlite => a.synchronous.iter().map(|s| (*b, *s)).collect(),
+        })
+        .collect();
+    for (backend, synchronous) in runs {
         let (url, pg_name, _dir) = match backend {
             Backend::Postgres => {
                 let (url, name) = fresh_pg_db("http");
@@ -353,7 +373,9 @@ fn main() {
             }
         };
         let run = rt.block_on(async {
-            let app = Application::build(config(&url, a.pool)).await.unwrap();
+            let app = Application::build(config(&url, a.pool, synchronous))
+                .await
+                .unwrap();
             let addr = app.local_addr();
             let server = tokio::spawn(app.run_until(std::future::pending()));
             let run = drive(addr, a.events, a.concurrency).await;
@@ -371,7 +393,10 @@ fn main() {
         let rate = run.deliveries as f64 / run.seconds;
         println!(
             "{:<9} {:>8.0} deliveries/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} deliveries in {:.2}s)",
-            format!("{backend:?}"),
+            match backend {
+                Backend::Postgres => "Postgres".to_string(),
+                Backend::Sqlite => format!("Sqlite({synchronous})"),
+            },
             rate,
             run.p50_ms,
             run.p99_ms,
@@ -392,7 +417,9 @@ fn main() {
             let (pg_url, pg_name) = fresh_pg_db("pgbench");
             // The same schema, from the product's own migrations.
             rt.block_on(async {
-                let app = Application::build(config(&pg_url, 1)).await.unwrap();
+                let app = Application::build(config(&pg_url, 1, "full"))
+                    .await
+                    .unwrap();
                 drop(app);
             });
             if let Some(tps) = pgbench(&pg_url, a.concurrency, a.pgbench_seconds) {

@@ -2,6 +2,8 @@
 //! scheduler and the conflict resolver, until shutdown.
 
 use crate::bookkeeping::Bookkeeping;
+use crate::feed::Feed;
+use crate::feed::push::Pusher;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +35,8 @@ pub struct Application {
     db: Db,
     reconciler: Reconciler,
     conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
+    /// One per configured consumer of the change feed.
+    pushers: Vec<Pusher>,
     config: Arc<Config>,
 }
 
@@ -80,13 +84,20 @@ impl Application {
             db: db.clone(),
             config: config.clone(),
         });
-        let reconciler = Reconciler::new(config.clone(), store, Bookkeeping::new(db.clone()))?;
+        let book = Bookkeeping::new(db.clone());
+        let pushers = config
+            .consumers
+            .iter()
+            .map(|c| Pusher::new(c.clone(), db.clone(), book.clone(), store.published()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let reconciler = Reconciler::new(config.clone(), store, book)?;
         Ok(Self {
             listener,
             router,
             db,
             reconciler,
             conflicts,
+            pushers,
             config,
         })
     }
@@ -120,6 +131,14 @@ impl Application {
             cancel.clone(),
         ));
         tracker.spawn(prune_loop(
+            self.db.clone(),
+            self.config.clone(),
+            cancel.clone(),
+        ));
+        for pusher in self.pushers {
+            tracker.spawn(pusher.run(cancel.clone()));
+        }
+        tracker.spawn(consumer_lag_loop(
             self.db.clone(),
             self.config.clone(),
             cancel.clone(),
@@ -181,6 +200,29 @@ async fn prune_loop(db: Db, config: Arc<Config>, cancel: CancellationToken) {
                 "retention pass done"
             ),
             Err(e) => tracing::warn!(error = %e, "retention pass failed; the next one retries"),
+        }
+    }
+}
+
+/// Consumer lag (changes waiting, age of the oldest) into the metrics, every few
+/// seconds.
+async fn consumer_lag_loop(db: Db, config: Arc<Config>, cancel: CancellationToken) {
+    if config.consumers.is_empty() {
+        return;
+    }
+    let feed = Feed::new(db);
+    loop {
+        for c in &config.consumers {
+            if let Ok(lag) = feed.lag(c).await {
+                metrics::gauge!("feed_consumer_waiting", "consumer" => c.name.clone())
+                    .set(lag.waiting as f64);
+                metrics::gauge!("feed_consumer_oldest_seconds", "consumer" => c.name.clone())
+                    .set(lag.oldest_seconds);
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod demo;
+pub mod feed;
 pub mod http;
 pub mod observability;
 pub mod reconcile;

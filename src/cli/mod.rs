@@ -52,6 +52,18 @@ pub enum Command {
     /// embedded SQLite file, a reconcile, and a report. Exits 0 only if the local state
     /// ends equal to the sender's.
     Demo(DemoArgs),
+    /// Print the change feed as JSON lines, oldest first.
+    Changes {
+        /// Only changes with a seq above this one.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// At most this many (without --follow).
+        #[arg(long)]
+        limit: Option<i64>,
+        /// Keep printing new changes as they are committed (until Ctrl-C).
+        #[arg(long)]
+        follow: bool,
+    },
     /// Reconcile now, once: page through the senders' listings and repair what differs.
     Reconcile {
         /// Only this source.
@@ -199,6 +211,13 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
         Command::Demo(_) => Ok(ExitCode::SUCCESS), // handled above
+        Command::Changes {
+            after,
+            limit,
+            follow,
+        } => changes(&config, after, limit, follow)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         Command::Prune => status::prune(&config).await.map(|()| ExitCode::SUCCESS),
         Command::Status { json } => status::status(&config, json)
             .await
@@ -286,4 +305,44 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let app = Application::build(config).await?;
     app.run_until(crate::shutdown::signal()).await
+}
+
+/// `changes`: the feed as JSON lines, read from the database.
+async fn changes(
+    config: &Config,
+    after: i64,
+    limit: Option<i64>,
+    follow: bool,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let feed = crate::feed::Feed::new(Db::connect(&config.database)?);
+    let filter = crate::feed::Filter::default();
+    let mut position = after;
+    let mut left = limit.unwrap_or(i64::MAX);
+    let stop = crate::shutdown::signal();
+    tokio::pin!(stop);
+    loop {
+        let asked = left.min(crate::feed::MAX_PAGE);
+        let page = feed.after(position, asked, &filter).await?;
+        let mut out = std::io::stdout().lock();
+        for c in &page {
+            writeln!(out, "{}", serde_json::to_string(c)?)?;
+        }
+        out.flush()?;
+        drop(out);
+        left -= page.len() as i64;
+        if let Some(last) = page.last() {
+            position = last.seq;
+        }
+        // Done: the limit is reached, or (without --follow) the feed's end.
+        if left <= 0 || (!follow && (page.len() as i64) < asked) {
+            return Ok(());
+        }
+        if page.is_empty() {
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                () = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+            }
+        }
+    }
 }

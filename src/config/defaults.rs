@@ -26,6 +26,13 @@ pub const MAX_RETENTION_BATCH: u32 = 100_000;
 pub const KEEP_RECONCILE_RUNS: Duration = Duration::from_secs(30 * DAY);
 pub const KEEP_DEAD_LETTERS: Duration = Duration::from_secs(30 * DAY);
 
+pub const KEEP_CHANGES: Duration = Duration::from_secs(7 * DAY);
+
+// [consumers.NAME]
+pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(10 * SECOND);
+/// 0: a consumer retries a change for ever.
+pub const CONSUMER_MAX_ATTEMPTS: u32 = 0;
+
 // [log]
 pub const LOG_LEVEL: &str = "info";
 

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::types::{Action, LogFormat, Pagination, SchemeName, Synchronous, VersionFormat};
+use super::types::{
+    Action, LogFormat, OnFailure, Pagination, SchemeName, Synchronous, VersionFormat,
+};
 
 /// The file format, section by section. A key left out is `None` here; its default is
 /// in `super::defaults`.
@@ -21,6 +23,7 @@ pub struct RawConfig {
     pub retention: RawRetention,
     pub log: RawLog,
     pub sources: BTreeMap<String, RawSource>,
+    pub consumers: BTreeMap<String, RawConsumer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +45,8 @@ pub struct RawDatabase {
 pub struct RawHttp {
     pub listen: Option<String>,
     pub max_body: Option<String>,
+    /// Bearer token of `GET /changes`; without it the endpoint does not exist (404).
+    pub changes_token: Option<RawSecret>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -54,6 +59,8 @@ pub struct RawRetention {
     pub reconcile_runs: Option<String>,
     /// Dead letters are kept this long after their last delivery.
     pub dead_letters: Option<String>,
+    /// Changes every consumer acknowledged are kept this long.
+    pub changes: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -201,4 +208,21 @@ pub struct RawIncremental {
     /// A full sweep at least this often (catches what an incremental listing cannot,
     /// and detects deletions); default 24h.
     pub full_every: Option<String>,
+}
+
+/// An application the change feed is pushed to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConsumer {
+    pub url: String,
+    /// A Standard Webhooks secret (`whsec_` + base64) the pushes are signed with.
+    pub secret: RawSecret,
+    #[serde(default)]
+    pub sources: Vec<String>,
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    pub timeout: Option<String>,
+    /// 0: retry for ever (default).
+    pub max_attempts: Option<u32>,
+    pub on_failure: Option<OnFailure>,
 }

@@ -62,6 +62,8 @@ impl DatabaseConfig {
 pub struct HttpConfig {
     pub listen: SocketAddr,
     pub max_body: usize,
+    /// Bearer token of `GET /changes`; `None`: the endpoint answers 404.
+    pub changes_token: Option<SecretString>,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +72,36 @@ pub struct RetentionConfig {
     pub batch: u32,
     pub reconcile_runs: Duration,
     pub dead_letters: Duration,
+    pub changes: Duration,
+}
+
+/// What a consumer does with a change it could not deliver in `max_attempts`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Keep retrying that change (and hold back the later changes of its resource),
+    /// raising the alarm (`feed_consumer_paused`).
+    #[default]
+    Pause,
+    /// Record it in `consumer_skips` and go on.
+    Skip,
+}
+
+/// An application the change feed is pushed to.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    pub name: String,
+    pub url: String,
+    /// Standard Webhooks key the pushes are signed with.
+    pub secret: WebhookSecret,
+    /// Only changes of these sources (empty: all).
+    pub sources: Vec<String>,
+    /// Only changes of these kinds (empty: all).
+    pub kinds: Vec<String>,
+    pub timeout: Duration,
+    /// 0: for ever.
+    pub max_attempts: u32,
+    pub on_failure: OnFailure,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -318,6 +350,7 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub log: LogConfig,
     pub sources: Vec<SourceConfig>,
+    pub consumers: Vec<ConsumerConfig>,
     /// Settings that work but deserve a look (`check-config` prints them, `serve` logs
     /// them at start), each naming its key.
     pub warnings: Vec<super::Problem>,

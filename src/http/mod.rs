@@ -18,8 +18,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::json;
 
+use axum::extract::Query;
+use secrecy::{ExposeSecret, SecretString};
+
 use crate::config::Config;
 use crate::db::Db;
+use crate::feed::{Feed, Filter};
 use crate::webhook::Receiver;
 use reply::{error_reply, json_reply};
 
@@ -46,6 +50,20 @@ pub fn router(state: HttpState) -> Router {
     }
     let (db, config) = (state.db, state.config);
     let (db2, config2) = (db.clone(), config.clone());
+    // Without a token the endpoint does not exist: the webhook listener may face the
+    // internet, and the feed carries every state.
+    if let Some(token) = config.http.changes_token.clone() {
+        let feed = Feed::new(db.clone());
+        router = router.route(
+            "/changes",
+            get(
+                move |headers: HeaderMap, query: Query<Vec<(String, String)>>| {
+                    let (feed, token) = (feed.clone(), token.clone());
+                    async move { changes(&feed, &token, &headers, query.0).await }
+                },
+            ),
+        );
+    }
     router
         .route(
             "/healthz",
@@ -109,6 +127,70 @@ async fn receive(receiver: &Receiver, max_body: usize, headers: HeaderMap, body:
     reply::delivery(receiver.source(), result, started.elapsed())
 }
 
+/// Default page of `GET /changes`.
+const CHANGES_PAGE: i64 = 100;
+
+/// `GET /changes?after=SEQ&limit=N` behind `Authorization: Bearer {http.changes_token}`.
+async fn changes(
+    feed: &Feed,
+    token: &SecretString,
+    headers: &HeaderMap,
+    query: Vec<(String, String)>,
+) -> Response {
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let expected = token.expose_secret().as_bytes();
+    let same = given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if !same {
+        return error_reply(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong `Authorization: Bearer` token (http.changes_token)",
+        );
+    }
+    let param = |name: &str, default: i64| -> Result<i64, String> {
+        match query.iter().find(|(k, _)| k == name) {
+            None => Ok(default),
+            Some((_, v)) => v
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| format!("`{name}` must be a whole number, 0 or more")),
+        }
+    };
+    let (after, limit) = match (param("after", 0), param("limit", CHANGES_PAGE)) {
+        (Ok(a), Ok(l)) => (a, l.clamp(1, crate::feed::MAX_PAGE)),
+        (Err(e), _) | (_, Err(e)) => return error_reply(StatusCode::BAD_REQUEST, e),
+    };
+    match feed.after(after, limit, &Filter::default()).await {
+        Ok(changes) => {
+            let next_after = changes.last().map_or(after, |c| c.seq);
+            json_reply(
+                StatusCode::OK,
+                json!({"changes": changes, "next_after": next_after}),
+            )
+        }
+        Err(e) => {
+            let mut r = error_reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("database unavailable: {e}"),
+            );
+            r.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(reply::RETRY_AFTER_SECS),
+            );
+            r
+        }
+    }
+}
+
 /// Ready when the database is reachable and migrated. The body also reports each
 /// kind's reconcile freshness; an overdue kind is reported, not made unready (a sender
 /// outage must not take the webhook receiver out of a load balancer).
@@ -118,9 +200,16 @@ async fn readyz(db: &Db, config: &Config) -> Response {
             let kinds = crate::observability::freshness(db, config)
                 .await
                 .unwrap_or_default();
+            let feed = Feed::new(db.clone());
+            let mut consumers = serde_json::Map::new();
+            for c in &config.consumers {
+                if let Ok(lag) = feed.lag(c).await {
+                    consumers.insert(c.name.clone(), json!(lag));
+                }
+            }
             json_reply(
                 StatusCode::OK,
-                json!({"status": "ready", "database": "ok", "reconcile": kinds}),
+                json!({"status": "ready", "database": "ok", "reconcile": kinds, "consumers": consumers}),
             )
         }
         Ok(false) => json_reply(

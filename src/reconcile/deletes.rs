@@ -51,23 +51,21 @@ impl Reconciler {
     ) -> Result<(), RunError> {
         let (source, kind) = (run.source, run.kind);
         // First pass: count, without writing anything.
-        let (mut live, mut gone) = (0usize, 0usize);
-        self.scan_unseen(source, kind, seen, sweep_started, |ids, unseen| {
-            live += ids;
-            gone += unseen.len();
-            if dry_run {
-                for id in unseen {
-                    if run.report.would_tombstone.len() < DRY_RUN_EXAMPLES {
-                        run.report.would_tombstone.push(id.clone());
-                    }
+        let mut gone = 0usize;
+        let mut scan = LiveScan::default();
+        while let Some(ids) = scan.next(self, source, kind, sweep_started).await? {
+            for id in ids.iter().filter(|id| !seen.contains(id)) {
+                gone += 1;
+                if dry_run && run.report.would_tombstone.len() < DRY_RUN_EXAMPLES {
+                    run.report.would_tombstone.push(id.clone());
                 }
             }
-        })
-        .await?;
+        }
         if dry_run || gone == 0 {
             run.report.counts.tombstoned = gone as i64;
             return Ok(());
         }
+        let live = self.store.count_live(&source.name, &kind.name).await? as usize;
         let fraction = kind.max_delete_fraction;
         if gone as f64 > fraction * live as f64 && !run.opts.allow_mass_delete {
             return Err(RunError::MassDelete {
@@ -79,83 +77,66 @@ impl Reconciler {
             });
         }
         // Second pass: tombstone. A row written since the sweep began is skipped by the
-        // statement itself, so a webhook landing between the passes is safe.
+        // statement itself, so a webhook landing between the passes is safe; tombstoned
+        // rows leave the scan (it reads live rows) without moving its keyset position.
         let fence = self
             .book
             .fence(&source.name, &kind.name, source.reconcile.lease_ttl);
-        let mut batches: Vec<Vec<String>> = Vec::new();
         let mut total = 0;
-        let mut after = String::new();
-        loop {
-            let ids = self
-                .store
-                .live_ids_before(
-                    &source.name,
-                    &kind.name,
-                    sweep_started,
-                    after,
-                    DELETE_SCAN_PAGE,
-                )
-                .await?;
-            let Some(last) = ids.last().cloned() else {
-                break;
-            };
+        let mut scan = LiveScan::default();
+        while let Some(ids) = scan.next(self, source, kind, sweep_started).await? {
             let unseen: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
             if !unseen.is_empty() {
-                batches.push(unseen);
-            }
-            // Tombstoned rows leave the scan (it reads live rows), so the keyset
-            // position stays valid.
-            for batch in batches.drain(..) {
                 total += self
                     .store
                     .tombstone(
                         &source.name,
                         &kind.name,
-                        batch,
+                        unseen,
                         sweep_started,
                         fence.clone(),
                     )
                     .await??;
             }
-            after = last;
         }
         run.report.counts.tombstoned = total as i64;
         Ok(())
     }
+}
 
-    /// Walks the kind's live rows last written before `sweep_started`, in pages; calls
-    /// `visit` with the number of rows of each page and those `seen` lacks.
-    async fn scan_unseen(
-        &self,
+/// A keyset scan over a kind's live rows last written before the sweep began, a page of
+/// ids at a time.
+#[derive(Default)]
+struct LiveScan {
+    after: String,
+    done: bool,
+}
+
+impl LiveScan {
+    async fn next(
+        &mut self,
+        r: &Reconciler,
         source: &SourceConfig,
         kind: &KindConfig,
-        seen: &SeenIds,
         sweep_started: DbTime,
-        mut visit: impl FnMut(usize, &[String]),
-    ) -> Result<(), RunError> {
-        let mut after = String::new();
-        loop {
-            let ids = self
-                .store
-                .live_ids_before(
-                    &source.name,
-                    &kind.name,
-                    sweep_started,
-                    after,
-                    DELETE_SCAN_PAGE,
-                )
-                .await?;
-            let Some(last) = ids.last().cloned() else {
-                return Ok(());
-            };
-            let unseen: Vec<String> = ids
-                .iter()
-                .filter(|id| !seen.contains(id))
-                .cloned()
-                .collect();
-            visit(ids.len(), &unseen);
-            after = last;
+    ) -> Result<Option<Vec<String>>, RunError> {
+        if self.done {
+            return Ok(None);
         }
+        let ids = r
+            .store
+            .live_ids_before(
+                &source.name,
+                &kind.name,
+                sweep_started,
+                self.after.clone(),
+                DELETE_SCAN_PAGE,
+            )
+            .await?;
+        match ids.last() {
+            Some(last) => self.after = last.clone(),
+            None => self.done = true,
+        }
+        Ok((!ids.is_empty()).then_some(ids))
     }
 }

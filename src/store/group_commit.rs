@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
 use super::{Delivery, Outcome, apply_deliveries};
 use crate::change::ResourceKey;
@@ -37,11 +37,13 @@ pub(super) struct GroupCommit {
 
 impl GroupCommit {
     /// Starts `writers` writer tasks; they stop when the last handle is dropped.
-    pub fn start(db: Db, writers: usize) -> Self {
+    /// `published` is woken after every commit that applied something (the change feed's
+    /// pushers wait on it).
+    pub fn start(db: Db, writers: usize, published: Arc<Notify>) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..writers.max(1) {
-            tokio::spawn(writer(db.clone(), rx.clone()));
+            tokio::spawn(writer(db.clone(), rx.clone(), published.clone()));
         }
         Self { queue: tx }
     }
@@ -58,7 +60,7 @@ impl GroupCommit {
     }
 }
 
-async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
+async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, published: Arc<Notify>) {
     loop {
         let mut jobs = Vec::new();
         {
@@ -73,7 +75,7 @@ async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
             }
         }
         for round in rounds(jobs) {
-            commit(&db, round).await;
+            commit(&db, round, &published).await;
         }
     }
 }
@@ -120,12 +122,15 @@ fn keys(d: &Delivery) -> Vec<RoundKey> {
     keys
 }
 
-async fn commit(db: &Db, jobs: Vec<Job>) {
+async fn commit(db: &Db, jobs: Vec<Job>, published: &Notify) {
     let deliveries: Arc<Vec<Delivery>> =
         Arc::new(jobs.iter().map(|j| j.delivery.clone()).collect());
     let input = deliveries.clone();
     match db.write(move |conn| apply_deliveries(conn, &input)).await {
         Ok(outcomes) => {
+            if outcomes.contains(&Outcome::Applied) {
+                published.notify_waiters();
+            }
             for (job, outcome) in jobs.into_iter().zip(outcomes) {
                 let _ = job.reply.send(Ok(outcome));
             }
@@ -133,7 +138,7 @@ async fn commit(db: &Db, jobs: Vec<Job>) {
         Err(e) if jobs.len() > 1 && !e.is_unavailable() => {
             tracing::warn!(error = %e, deliveries = jobs.len(), "group transaction failed; retrying its deliveries one by one");
             for job in jobs {
-                Box::pin(commit(db, vec![job])).await;
+                Box::pin(commit(db, vec![job], published)).await;
             }
         }
         Err(e) => {

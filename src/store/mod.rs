@@ -11,6 +11,9 @@ pub mod guard;
 pub mod retention;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 use crate::bookkeeping::{Fence, LeaseLost, PageMark};
 use crate::change::{Change, Origin, ResourceKey};
@@ -49,6 +52,8 @@ impl Delivery {
 pub struct Store {
     db: Db,
     commits: GroupCommit,
+    /// Woken after commits that may have appended to the change feed.
+    published: Arc<Notify>,
 }
 
 impl Store {
@@ -58,12 +63,43 @@ impl Store {
             Backend::Sqlite => 1,
             Backend::Postgres => group_commit::POSTGRES_WRITERS,
         };
-        let commits = GroupCommit::start(db.clone(), writers);
-        Self { db, commits }
+        let published = Arc::new(Notify::new());
+        let commits = GroupCommit::start(db.clone(), writers, published.clone());
+        Self {
+            db,
+            commits,
+            published,
+        }
     }
 
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// Woken (`notify_waiters`) after every commit that may have appended changes.
+    pub fn published(&self) -> Arc<Notify> {
+        self.published.clone()
+    }
+
+    /// Runs a write that may change resources; the changes it made are published in
+    /// its transaction, last (see `db::sql::publish_changes`).
+    async fn write_changes<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (value, published) = self
+            .db
+            .write(move |conn| {
+                let value = f(conn)?;
+                let published = sql::publish_changes(conn)?;
+                Ok((value, published))
+            })
+            .await?;
+        if published > 0 {
+            self.published.notify_waiters();
+        }
+        Ok(value)
     }
 
     /// Claims the event id and applies its change under the version guard, in one
@@ -77,7 +113,8 @@ impl Store {
     /// versions, or equal versions whose state differs. Returns the keys written. For a
     /// repeated key only the highest version is considered.
     pub async fn apply_batch(&self, changes: Vec<Change>) -> Result<Vec<ResourceKey>, DbError> {
-        self.db.write(move |conn| apply_batch(conn, &changes)).await
+        self.write_changes(move |conn| apply_batch(conn, &changes))
+            .await
     }
 
     /// A reconcile page: the run's lease check, [`Self::apply_batch`] and the run's
@@ -88,16 +125,15 @@ impl Store {
         changes: Vec<Change>,
         mark: PageMark,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
-        self.db
-            .write(move |conn| {
-                if let Err(lost) = mark.fence().check(conn)? {
-                    return Ok(Err(lost));
-                }
-                let written = apply_batch(conn, &changes)?.len();
-                mark.record(conn, written)?;
-                Ok(Ok(written))
-            })
-            .await
+        self.write_changes(move |conn| {
+            if let Err(lost) = mark.fence().check(conn)? {
+                return Ok(Err(lost));
+            }
+            let written = apply_batch(conn, &changes)?.len();
+            mark.record(conn, written)?;
+            Ok(Ok(written))
+        })
+        .await
     }
 
     /// The stored rows of `ids` of one kind (one bulk read per [`sql::MAX_IN_LIST`] ids).
@@ -118,6 +154,12 @@ impl Store {
                 Ok(rows)
             })
             .await
+    }
+
+    /// How many live rows a kind has.
+    pub async fn count_live(&self, source: &str, kind: &str) -> Result<i64, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db.read(move |c| sql::count_live(c, &s, &k)).await
     }
 
     /// Live ids of a kind last written before `before`, in id order after `after`, at
@@ -216,6 +258,8 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
         };
         outcomes.push(outcome);
     }
+    // Last in the transaction: the change feed's seqs are handed out at the end.
+    sql::publish_changes(conn)?;
     Ok(outcomes)
 }
 
@@ -257,18 +301,17 @@ impl Store {
         fence: Fence,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
         let (source, kind) = (source.to_string(), kind.to_string());
-        self.db
-            .write(move |conn| {
-                if let Err(lost) = fence.check(conn)? {
-                    return Ok(Err(lost));
-                }
-                let mut n = 0;
-                for chunk in ids.chunks(sql::MAX_IN_LIST) {
-                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    n += sql::tombstone(conn, &source, &kind, &refs, before)?;
-                }
-                Ok(Ok(n))
-            })
-            .await
+        self.write_changes(move |conn| {
+            if let Err(lost) = fence.check(conn)? {
+                return Ok(Err(lost));
+            }
+            let mut n = 0;
+            for chunk in ids.chunks(sql::MAX_IN_LIST) {
+                let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                n += sql::tombstone(conn, &source, &kind, &refs, before)?;
+            }
+            Ok(Ok(n))
+        })
+        .await
     }
 }

@@ -18,6 +18,8 @@ pub struct PruneReport {
     pub processed_events: i64,
     pub reconcile_runs: i64,
     pub dead_letters: i64,
+    /// Change-feed rows every consumer had (and older than `retention.changes`).
+    pub changes: i64,
     pub seconds: f64,
 }
 
@@ -49,6 +51,7 @@ pub async fn prune(
         ("processed_events", report.processed_events),
         ("reconcile_runs", report.reconcile_runs),
         ("dead_letters", report.dead_letters),
+        ("changes", report.changes),
     ] {
         metrics::counter!("retention_pruned_rows_total", "table" => table).increment(n as u64);
     }
@@ -80,6 +83,10 @@ async fn prune_all(
         move |conn: &mut crate::db::Conn| sql::prune_dead_letters(conn, age, c)
     })
     .await?;
+    // Only what every configured consumer has acknowledged.
+    report.changes += crate::feed::Feed::new(db.clone())
+        .prune(&config.consumers, config.retention.changes, batch)
+        .await?;
     Ok(())
 }
 

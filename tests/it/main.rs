@@ -9,6 +9,7 @@ mod helpers;
 
 mod cli;
 mod demo;
+mod feed;
 mod hostile_sender;
 mod input_limits;
 mod operations;

@@ -12,7 +12,7 @@ mod source;
 
 use super::raw::RawConfig;
 use super::types::*;
-use super::{ConfigError, Problem, defaults};
+use super::{ConfigError, Problem, WebhookSecret, defaults, secret};
 use source::validate_source;
 
 /// Collects problems so that one run reports all of them, not the first only.
@@ -177,7 +177,23 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             r.dead_letters.as_deref(),
             defaults::KEEP_DEAD_LETTERS,
         ),
+        changes: c.opt_duration(
+            "retention.changes",
+            r.changes.as_deref(),
+            defaults::KEEP_CHANGES,
+        ),
     };
+    let changes_token = raw
+        .http
+        .changes_token
+        .as_ref()
+        .and_then(|s| match secret::resolve(s) {
+            Ok(v) => Some(secrecy::SecretString::from(v)),
+            Err(e) => {
+                c.fail("http.changes_token", e);
+                None
+            }
+        });
     let log = LogConfig {
         format: raw.log.format,
         level: raw
@@ -204,13 +220,81 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     }
 
+    let mut consumers = Vec::new();
+    for (name, raw) in &raw.consumers {
+        let key = |k: &str| format!("consumers.{name}.{k}");
+        if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
+            c.fail(key("url"), format!("{:?} is not an http(s) URL", raw.url));
+        }
+        let secret = match secret::resolve(&raw.secret)
+            .and_then(|v| WebhookSecret::new(&Scheme::StandardWebhooks, v))
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                c.fail(key("secret"), e);
+                None
+            }
+        };
+        for (list, known) in [
+            (
+                "sources",
+                sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+            ),
+            (
+                "kinds",
+                sources
+                    .iter()
+                    .flat_map(|s| s.kinds.iter().map(|k| k.name.clone()))
+                    .collect(),
+            ),
+        ] {
+            let given = if list == "sources" {
+                &raw.sources
+            } else {
+                &raw.kinds
+            };
+            for g in given.iter().filter(|g| !known.contains(g)) {
+                c.fail(
+                    key(list),
+                    format!(
+                        "{g:?} is not a configured {}; known: {}",
+                        &list[..list.len() - 1],
+                        known.join(", ")
+                    ),
+                );
+            }
+        }
+        let timeout = c.opt_duration(
+            &key("timeout"),
+            raw.timeout.as_deref(),
+            defaults::CONSUMER_TIMEOUT,
+        );
+        if let Some(secret) = secret {
+            consumers.push(ConsumerConfig {
+                name: name.clone(),
+                url: raw.url.clone(),
+                secret,
+                sources: raw.sources.clone(),
+                kinds: raw.kinds.clone(),
+                timeout,
+                max_attempts: raw.max_attempts.unwrap_or(defaults::CONSUMER_MAX_ATTEMPTS),
+                on_failure: raw.on_failure.unwrap_or_default(),
+            });
+        }
+    }
+
     if c.problems.is_empty() {
         Ok(Config {
             database,
-            http: HttpConfig { listen, max_body },
+            http: HttpConfig {
+                listen,
+                max_body,
+                changes_token,
+            },
             retention,
             log,
             sources,
+            consumers,
             warnings: c.warnings,
         })
     } else {

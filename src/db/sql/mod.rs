@@ -15,12 +15,14 @@
 //! `IS DISTINCT FROM`, clock functions) the statement says so with a `match`.
 //! Statements never contain a literal `$`.
 
+mod changes;
 mod events;
 mod resources;
 mod retention;
 mod runs;
 mod status;
 
+pub use changes::*;
 pub use events::*;
 pub use resources::*;
 pub use retention::*;

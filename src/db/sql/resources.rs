@@ -288,3 +288,20 @@ impl StoredRow {
         }
     }
 }
+
+#[derive(diesel::QueryableByName)]
+struct LiveCount {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// How many live (not deleted) rows a kind has.
+pub fn count_live(conn: &mut Conn, source: &str, kind: &str) -> diesel::QueryResult<i64> {
+    let q = query(
+        conn.backend(),
+        "SELECT COUNT(*) AS n FROM resources WHERE source = $1 AND kind = $2 AND NOT deleted",
+    );
+    let r: LiveCount =
+        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).get_result(c))?;
+    Ok(r.n)
+}

@@ -210,8 +210,8 @@ pub fn current_lease(
         .transpose()
 }
 
-/// Replaces `dead`'s lease with ours (compare and swap on the holder); false when the
-/// lease has meanwhile moved on.
+/// Gives `dead`'s lease to `holder` for `ttl_secs` (compare and swap on the holder;
+/// `dead == holder` renews); false when the lease has meanwhile moved on.
 pub fn take_over_lease(
     conn: &mut Conn,
     source: &str,
@@ -246,21 +246,7 @@ pub fn renew_lease(
     holder: &str,
     ttl_secs: f64,
 ) -> diesel::QueryResult<bool> {
-    let b = conn.backend();
-    let q = query(
-        b,
-        &format!(
-            "UPDATE reconcile_leases SET expires_at = {} WHERE source = $1 AND kind = $2 AND holder = $3",
-            plus_seconds(b, 4)
-        ),
-    );
-    let n = on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
-        .bind::<Text, _>(holder)
-        .bind::<Double, _>(ttl_secs)
-        .execute(c))?;
-    Ok(n == 1)
+    take_over_lease(conn, source, kind, holder, holder, ttl_secs)
 }
 
 pub fn release_lease(

@@ -1,6 +1,7 @@
 //! Shared test fixtures: databases, a running app on port 0, signing, a TCP proxy that
 //! can cut the database off.
 
+pub mod consumer;
 pub mod db;
 pub mod process;
 pub mod proxy;
@@ -203,7 +204,13 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 /// Starts the app with `app_url` as its database URL (e.g. through a proxy) and extra
 /// `[database]` lines.
 pub async fn spawn_app_on(db: TestDb, app_url: &str, extra_database: &str) -> TestApp {
-    let config = Config::from_toml_str(&config_toml(app_url, extra_database)).unwrap();
+    let toml = config_toml(app_url, extra_database);
+    spawn_app_with(db, &toml).await
+}
+
+/// Starts the app with a whole configuration (`config_toml` plus sections).
+pub async fn spawn_app_with(db: TestDb, toml: &str) -> TestApp {
+    let config = Config::from_toml_str(toml).unwrap();
     let app = Application::build(config).await.unwrap();
     let addr = app.local_addr();
     let server = tokio::spawn(async move {

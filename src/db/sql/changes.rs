@@ -1,0 +1,245 @@
+//! The change feed: `change_pending` (filled by a trigger on `resources`), `changes`,
+//! `change_seq`, consumer positions and skips.
+
+use diesel::RunQueryDsl;
+use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, Text};
+
+use super::{in_list, minus_seconds, query, ts_text};
+use crate::config::Backend;
+use crate::db::{Conn, on_conn};
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// Moves this transaction's pending changes into `changes`, numbered under the lock of
+/// `change_seq` (held until commit: see the migration). Call it last in every
+/// transaction that writes `resources`. Returns how many changes were published.
+pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
+    let b = conn.backend();
+    let q = query(b, "SELECT COUNT(*) AS n FROM change_pending");
+    let n = on_conn!(conn, c => q.get_result::<Count>(c))?.n;
+    if n == 0 {
+        // No lock taken: a transaction that changed nothing does not wait for others.
+        return Ok(0);
+    }
+    let q = query(
+        b,
+        "UPDATE change_seq SET last = last + $1 RETURNING last AS n",
+    );
+    let last = on_conn!(conn, c => q.bind::<BigInt, _>(n).get_result::<Count>(c))?.n;
+    let q = query(
+        b,
+        "INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
+         SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, kind, id, version, deleted, state, origin, event_id \
+         FROM change_pending",
+    );
+    on_conn!(conn, c => q.bind::<BigInt, _>(last - n).execute(c))?;
+    let q = query(b, "DELETE FROM change_pending");
+    on_conn!(conn, c => q.execute(c))?;
+    Ok(n)
+}
+
+/// One row of the feed.
+#[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
+pub struct ChangeRow {
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Text)]
+    pub id: String,
+    #[diesel(sql_type = BigInt)]
+    pub version: i64,
+    #[diesel(sql_type = Bool)]
+    pub deleted: bool,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub origin: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub event_id: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub changed_at: String,
+}
+
+/// `AND source IN (..) AND kind IN (..)` for non-empty filters, placeholders from `first`.
+fn filters(sources: &[String], kinds: &[String], first: usize) -> String {
+    let mut sql = String::new();
+    if !sources.is_empty() {
+        sql.push_str(&format!(
+            " AND source IN ({})",
+            in_list(first, sources.len())
+        ));
+    }
+    if !kinds.is_empty() {
+        sql.push_str(&format!(
+            " AND kind IN ({})",
+            in_list(first + sources.len(), kinds.len())
+        ));
+    }
+    sql
+}
+
+/// Changes with seq > `after`, oldest first, at most `limit`, of the given sources and
+/// kinds (empty: all).
+pub fn changes_after(
+    conn: &mut Conn,
+    after: i64,
+    limit: i64,
+    sources: &[String],
+    kinds: &[String],
+) -> diesel::QueryResult<Vec<ChangeRow>> {
+    let b = conn.backend();
+    let state = match b {
+        Backend::Postgres => "state::text AS state",
+        Backend::Sqlite => "state",
+    };
+    let q = query(
+        b,
+        &format!(
+            "SELECT seq, source, kind, id, version, deleted, {state}, origin, event_id, {} AS changed_at \
+             FROM changes WHERE seq > $1{} ORDER BY seq LIMIT $2",
+            ts_text(b, "changed_at"),
+            filters(sources, kinds, 3)
+        ),
+    );
+    on_conn!(conn, c => {
+        let mut q = q.into_boxed().bind::<BigInt, _>(after).bind::<BigInt, _>(limit);
+        for s in sources.iter().chain(kinds) {
+            q = q.bind::<Text, _>(s.as_str());
+        }
+        q.load(c)
+    })
+}
+
+/// The highest seq handed out so far.
+pub fn last_seq(conn: &mut Conn) -> diesel::QueryResult<i64> {
+    let q = query(conn.backend(), "SELECT last AS n FROM change_seq");
+    Ok(on_conn!(conn, c => q.get_result::<Count>(c))?.n)
+}
+
+/// A consumer's position (0 for a new consumer).
+pub fn consumer_position(conn: &mut Conn, consumer: &str) -> diesel::QueryResult<i64> {
+    let q = query(
+        conn.backend(),
+        "SELECT position AS n FROM consumer_positions WHERE consumer = $1",
+    );
+    let mut rows: Vec<Count> = on_conn!(conn, c => q.bind::<Text, _>(consumer).load(c))?;
+    Ok(rows.pop().map_or(0, |r| r.n))
+}
+
+/// Moves a consumer's position forward (never back).
+pub fn advance_consumer(conn: &mut Conn, consumer: &str, position: i64) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "INSERT INTO consumer_positions (consumer, position) VALUES ($1, $2) \
+             ON CONFLICT (consumer) DO UPDATE SET position = excluded.position, updated_at = {} \
+             WHERE consumer_positions.position < excluded.position",
+            super::now(b)
+        ),
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(consumer).bind::<BigInt, _>(position).execute(c))?;
+    Ok(())
+}
+
+/// Records that a consumer gave up on change `seq` (`on_failure = "skip"`).
+pub fn record_consumer_skip(
+    conn: &mut Conn,
+    consumer: &str,
+    seq: i64,
+    attempts: i32,
+    error: &str,
+) -> diesel::QueryResult<()> {
+    let q = query(
+        conn.backend(),
+        "INSERT INTO consumer_skips (consumer, seq, attempts, last_error) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (consumer, seq) DO NOTHING",
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(consumer)
+        .bind::<BigInt, _>(seq)
+        .bind::<Integer, _>(attempts)
+        .bind::<Text, _>(error)
+        .execute(c))?;
+    Ok(())
+}
+
+/// How far a consumer is behind: changes waiting (of its sources and kinds) and the
+/// age in seconds of the oldest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, diesel::QueryableByName, serde::Serialize)]
+pub struct Lag {
+    #[diesel(sql_type = BigInt)]
+    pub waiting: i64,
+    #[diesel(sql_type = Double)]
+    pub oldest_seconds: f64,
+}
+
+pub fn consumer_lag(
+    conn: &mut Conn,
+    position: i64,
+    sources: &[String],
+    kinds: &[String],
+) -> diesel::QueryResult<Lag> {
+    let b = conn.backend();
+    let age = match b {
+        Backend::Postgres => {
+            "COALESCE(CAST(EXTRACT(EPOCH FROM now() - MIN(changed_at)) AS DOUBLE PRECISION), 0)"
+        }
+        Backend::Sqlite => {
+            "COALESCE((julianday('now') - julianday(MIN(changed_at))) * 86400.0, 0.0)"
+        }
+    };
+    let q = query(
+        b,
+        &format!(
+            "SELECT COUNT(*) AS waiting, {age} AS oldest_seconds FROM changes WHERE seq > $1{}",
+            filters(sources, kinds, 2)
+        ),
+    );
+    on_conn!(conn, c => {
+        let mut q = q.into_boxed().bind::<BigInt, _>(position);
+        for s in sources.iter().chain(kinds) {
+            q = q.bind::<Text, _>(s.as_str());
+        }
+        q.get_result(c)
+    })
+}
+
+/// Deletes at most `limit` changes older than `age_secs` with seq <= `acknowledged`
+/// (what every consumer has); returns how many.
+pub fn prune_changes(
+    conn: &mut Conn,
+    age_secs: f64,
+    acknowledged: i64,
+    limit: i64,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "DELETE FROM changes WHERE seq IN (SELECT seq FROM changes WHERE seq <= $2 AND changed_at < {} ORDER BY seq LIMIT $3)",
+            minus_seconds(b, 1)
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Double, _>(age_secs)
+        .bind::<BigInt, _>(acknowledged)
+        .bind::<BigInt, _>(limit)
+        .execute(c))
+}
+
+/// The lowest position of the given consumers (0 if one has none yet).
+pub fn lowest_position(conn: &mut Conn, consumers: &[String]) -> diesel::QueryResult<i64> {
+    let mut low = i64::MAX;
+    for c in consumers {
+        low = low.min(consumer_position(conn, c)?);
+    }
+    Ok(low)
+}

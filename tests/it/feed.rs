@@ -1,0 +1,592 @@
+//! The change feed: exactly one change per write that changes a resource, none for
+//! no-ops; seqs in visibility order; pushes to a consumer in per-resource order with a
+//! stable idempotency key, surviving failures, replicas and filters; the pull endpoint
+//! and its token; retention that keeps what a consumer has not acknowledged.
+
+use std::time::Duration;
+
+use serde_json::json;
+use webhook_reconciler::change::Change;
+use webhook_reconciler::config::Action;
+use webhook_reconciler::db::sql;
+use webhook_reconciler::feed::{Feed, Filter};
+use webhook_reconciler::reconcile::RunStatus;
+use webhook_reconciler::simulator::Style;
+use webhook_reconciler::store::{Delivery, Outcome, Store};
+
+use crate::helpers::consumer::ConsumerApp;
+use crate::helpers::{
+    Backend, TestDb, both_backends, config_toml, eventually, order_event, refund_event,
+    spawn_app_with, store_on,
+};
+use crate::reconcile::{order_fields, reconcile_config, reconciler_for, run, sim_with};
+
+both_backends!(
+    every_write_that_changes_a_resource_appends_one_change_and_no_op_none,
+    a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_seq,
+    concurrent_writers_never_let_a_reader_skip_a_seq,
+    a_consumer_that_fails_for_a_while_gets_every_change_in_per_resource_order,
+    two_replicas_push_each_change_once_through_one_pusher,
+    a_consumer_gets_only_the_sources_and_kinds_it_asked_for,
+    the_pull_endpoint_pages_the_feed_behind_its_token,
+    retention_keeps_changes_a_consumer_has_not_acknowledged,
+    a_reconcile_that_repairs_a_lost_webhook_reaches_the_consumer,
+);
+
+fn order(id: &str, version: i64, status: &str) -> Change {
+    Change {
+        source: "shop".into(),
+        kind: "order".into(),
+        id: id.into(),
+        version,
+        state: Some(json!({"status": status}).to_string()),
+        action: Action::Upsert,
+    }
+}
+
+async fn deliver(store: &Store, event_id: &str, change: Option<Change>) -> Outcome {
+    store
+        .apply_event(Delivery {
+            source: "shop".into(),
+            event_id: event_id.into(),
+            event_type: "order.status_changed".into(),
+            change,
+        })
+        .await
+        .unwrap()
+}
+
+async fn every_write_that_changes_a_resource_appends_one_change_and_no_op_none(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let changes = || db.count("changes");
+    assert_eq!(
+        deliver(&store, "e1", Some(order("o1", 1, "paid"))).await,
+        Outcome::Applied
+    );
+    assert_eq!(changes(), 1, "applied");
+    assert_eq!(
+        deliver(&store, "e1", Some(order("o1", 1, "paid"))).await,
+        Outcome::Duplicate
+    );
+    assert_eq!(
+        deliver(&store, "e2", Some(order("o1", 1, "paid"))).await,
+        Outcome::Stale
+    );
+    assert_eq!(
+        deliver(&store, "e3", Some(order("o1", 0, "new"))).await,
+        Outcome::Stale
+    );
+    assert_eq!(
+        deliver(&store, "e4", Some(order("o1", 1, "refunded"))).await,
+        Outcome::Conflict
+    );
+    assert_eq!(deliver(&store, "e5", None).await, Outcome::Ignored);
+    assert_eq!(
+        changes(),
+        1,
+        "duplicate, stale, conflict and ignored append nothing"
+    );
+    let mut delete = order("o1", 2, "paid");
+    delete.action = Action::Delete;
+    delete.state = None;
+    assert_eq!(deliver(&store, "e6", Some(delete)).await, Outcome::Applied);
+    assert_eq!(changes(), 2, "a delete event's tombstone");
+    // Reconcile path: applied, equal, newer version with the same state.
+    assert_eq!(
+        store
+            .apply_batch(vec![order("o2", 1, "paid")])
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(changes(), 3);
+    store
+        .apply_batch(vec![order("o2", 1, "paid")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .apply_batch(vec![order("o2", 2, "paid")])
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        changes(),
+        3,
+        "a newer version with the same state changes nothing"
+    );
+
+    let feed = Feed::new(store.db().clone());
+    let all = feed.after(0, 100, &Filter::default()).await.unwrap();
+    let seqs: Vec<i64> = all.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    assert_eq!(
+        (all[0].origin.as_str(), all[0].event_id.as_deref()),
+        ("webhook", Some("e1"))
+    );
+    assert_eq!(all[0].state, json!({"status": "paid"}));
+    assert!(all[1].deleted && all[1].version == 2, "{:?}", all[1]);
+    assert_eq!(
+        all[1].state,
+        json!({"status": "paid"}),
+        "a tombstone keeps the last state"
+    );
+    assert_eq!(
+        (all[2].origin.as_str(), all[2].event_id.as_deref()),
+        ("reconcile", None)
+    );
+
+    // Detected deletes and conflicts resolved through `get` append one change each.
+    let sim = sim_with(Style::Cursor).await;
+    for i in 0..20 {
+        sim.put("orders", &format!("s{i:02}"), 1, order_fields("paid"));
+    }
+    let r = reconciler_for(&reconcile_config(
+        &db.url,
+        &sim,
+        Style::Cursor,
+        "",
+        "detect_deletes = true",
+    ))
+    .await;
+    assert_eq!(run(&r, "order", false).await.status, RunStatus::Succeeded);
+    assert_eq!(
+        changes(),
+        3 + 20 + 1,
+        "20 rows listed, o2 no longer listed: tombstoned"
+    );
+    sim.put("orders", "s00", 1, order_fields("shipped"));
+    let mut conflicting = order("s00", 1, "refunded");
+    conflicting.state = Some(order_fields("refunded").to_string());
+    assert_eq!(
+        deliver(&store, "e7", Some(conflicting)).await,
+        Outcome::Conflict
+    );
+    assert_eq!(changes(), 24);
+    assert_eq!(r.resolve("shop", "order", "s00").await, Ok(true));
+    assert_eq!(changes(), 25, "the conflict resolved through get");
+    let last = feed.after(24, 10, &Filter::default()).await.unwrap();
+    assert_eq!(last[0].state["status"], "shipped");
+}
+
+/// Opens a writing transaction on its own connection that changes a resource and takes
+/// its seq, and keeps it open.
+fn hold_open_write(db: &TestDb) -> webhook_reconciler::db::Conn {
+    use diesel::Connection;
+    use diesel::connection::SimpleConnection;
+    use webhook_reconciler::db::Conn;
+    let mut conn = match db.backend {
+        Backend::Postgres => Conn::Postgres(diesel::PgConnection::establish(&db.url).unwrap()),
+        Backend::Sqlite => {
+            let mut c = diesel::SqliteConnection::establish(db.url.trim_start_matches("sqlite://"))
+                .unwrap();
+            c.batch_execute("PRAGMA busy_timeout = 10000").unwrap();
+            Conn::Sqlite(c)
+        }
+    };
+    let begin = match db.backend {
+        Backend::Postgres => "BEGIN",
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+    };
+    let insert = "INSERT INTO resources (source, kind, id, version, state, deleted, origin) \
+                  VALUES ('shop', 'order', 'held', 1, NULL, false, 'webhook')";
+    match &mut conn {
+        Conn::Postgres(c) => c.batch_execute(&format!("{begin}; {insert}")).unwrap(),
+        Conn::Sqlite(c) => c
+            .batch_execute(&format!("{begin}; {}", insert.replace("false", "0")))
+            .unwrap(),
+    }
+    assert_eq!(sql::publish_changes(&mut conn).unwrap(), 1);
+    conn
+}
+
+async fn a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_seq(b: Backend) {
+    use diesel::connection::SimpleConnection;
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let feed = Feed::new(store.db().clone());
+    let mut held = hold_open_write(&db);
+    // Five more writers commit meanwhile, or try to.
+    let writers: Vec<_> = (0..5)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                deliver(
+                    &store,
+                    &format!("w{i}"),
+                    Some(order(&format!("w{i}"), 1, "paid")),
+                )
+                .await
+            })
+        })
+        .collect();
+    // While the first transaction is open, a reader sees no change at all: none of the
+    // later writers could publish a seq above the held one's.
+    let saw_any = eventually(Duration::from_millis(800), || async {
+        !feed
+            .after(0, 100, &Filter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    assert!(
+        !saw_any,
+        "a reader saw a change while a lower seq was still in flight"
+    );
+    assert!(
+        writers.iter().all(|w| !w.is_finished()),
+        "the later writers wait"
+    );
+    match &mut held {
+        webhook_reconciler::db::Conn::Postgres(c) => c.batch_execute("COMMIT").unwrap(),
+        webhook_reconciler::db::Conn::Sqlite(c) => c.batch_execute("COMMIT").unwrap(),
+    }
+    for w in writers {
+        assert_eq!(w.await.unwrap(), Outcome::Applied);
+    }
+    let all = feed.after(0, 100, &Filter::default()).await.unwrap();
+    assert_eq!(all.len(), 6);
+    assert_eq!(
+        (all[0].seq, all[0].id.as_str()),
+        (1, "held"),
+        "the held transaction's seq came first"
+    );
+    assert!(all.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+}
+
+async fn concurrent_writers_never_let_a_reader_skip_a_seq(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let feed = Feed::new(store.db().clone());
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..60 {
+                    let id = format!("r{w}-{}", i % 7);
+                    deliver(
+                        &store,
+                        &format!("e{w}-{i}"),
+                        Some(order(&id, i + 1, &format!("s{i}"))),
+                    )
+                    .await;
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let feed = feed.clone();
+        tokio::spawn(async move {
+            let (mut last, mut seen) = (0i64, Vec::new());
+            for _ in 0..20_000 {
+                let page = feed.after(last, 50, &Filter::default()).await.unwrap();
+                for c in page {
+                    seen.push(c.seq);
+                    last = c.seq;
+                }
+                if last == 480 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            seen
+        })
+    };
+    for w in writers {
+        w.await.unwrap();
+    }
+    let seen = reader.await.unwrap();
+    assert_eq!(db.count("changes"), 480);
+    // Reading after the last seen seq, the reader got every seq, in order, none skipped.
+    assert_eq!(seen, (1..=480).collect::<Vec<i64>>());
+}
+
+async fn a_consumer_that_fails_for_a_while_gets_every_change_in_per_resource_order(b: Backend) {
+    let consumer = ConsumerApp::start().await;
+    consumer.fail_next(3);
+    let db = TestDb::new(b);
+    let url = db.url.clone();
+    let app = spawn_app_with(db, &(config_toml(&url, "") + &consumer.config("app", ""))).await;
+    for v in 1..=3 {
+        for r in 0..8 {
+            let (status, _) = app
+                .deliver(&order_event(
+                    &format!("e{r}-{v}"),
+                    &format!("o{r}"),
+                    v,
+                    "paid",
+                ))
+                .await;
+            assert_eq!(status, 200);
+        }
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            consumer.delivered().len() >= 24
+        })
+        .await,
+        "{:?}",
+        consumer.pushes().len()
+    );
+    let delivered = consumer.delivered();
+    let mut ids: Vec<&str> = delivered.iter().map(|p| p.webhook_id.as_str()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 24, "every change delivered");
+    for p in &delivered {
+        assert_eq!(
+            p.webhook_id,
+            format!("chg_{}", p.body["seq"]),
+            "the key is the seq"
+        );
+    }
+    // Each failed push was retried under the same key.
+    for failed in consumer.pushes().iter().filter(|p| p.status != 200) {
+        assert!(
+            ids.contains(&failed.webhook_id.as_str()),
+            "{}",
+            failed.webhook_id
+        );
+    }
+    // Per resource, versions arrive in order.
+    for r in 0..8 {
+        let versions: Vec<i64> = delivered
+            .iter()
+            .filter(|p| p.body["id"] == format!("o{r}"))
+            .map(|p| p.body["version"].as_i64().unwrap())
+            .collect();
+        assert_eq!(versions, vec![1, 2, 3], "o{r}");
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.db
+                .scalar("SELECT COALESCE(MAX(position), 0) AS n FROM consumer_positions")
+                == 24
+        })
+        .await
+    );
+}
+
+async fn two_replicas_push_each_change_once_through_one_pusher(b: Backend) {
+    let consumer = ConsumerApp::start().await;
+    let db = TestDb::new(b);
+    let url = db.url.clone();
+    let toml = config_toml(&url, "") + &consumer.config("app", "");
+    let first = spawn_app_with(db, &toml).await;
+    let config = webhook_reconciler::config::Config::from_toml_str(&toml).unwrap();
+    let second = webhook_reconciler::app::Application::build(config)
+        .await
+        .unwrap();
+    let second_addr = second.local_addr();
+    let server = tokio::spawn(async move { second.run_until(std::future::pending()).await });
+    let client = reqwest::Client::new();
+    for i in 0..40 {
+        let addr = if i % 2 == 0 { first.addr } else { second_addr };
+        let r = crate::helpers::post_signed(
+            &client,
+            addr,
+            &order_event(&format!("e{i}"), &format!("o{i}"), 1, "paid").to_string(),
+            crate::helpers::SHOP_SECRET,
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            consumer.delivered().len() >= 40
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delivered = consumer.delivered();
+    let mut ids: Vec<&str> = delivered.iter().map(|p| p.webhook_id.as_str()).collect();
+    ids.sort();
+    let total = ids.len();
+    ids.dedup();
+    assert_eq!(
+        (ids.len(), total),
+        (40, 40),
+        "each change pushed once: one pusher"
+    );
+    assert_eq!(
+        first
+            .db
+            .count("reconcile_leases WHERE source = '$consumer'"),
+        1
+    );
+    server.abort();
+}
+
+async fn a_consumer_gets_only_the_sources_and_kinds_it_asked_for(b: Backend) {
+    let consumer = ConsumerApp::start().await;
+    let db = TestDb::new(b);
+    let url = db.url.clone();
+    let app = spawn_app_with(
+        db,
+        &(config_toml(&url, "") + &consumer.config("refunds", "kinds = [\"refund\"]")),
+    )
+    .await;
+    assert_eq!(
+        app.deliver(&order_event("e1", "o1", 1, "paid")).await.0,
+        200
+    );
+    assert_eq!(app.deliver(&refund_event("e2", "re1")).await.0, 200);
+    assert_eq!(
+        app.deliver(&order_event("e3", "o1", 2, "shipped")).await.0,
+        200
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            !consumer.delivered().is_empty()
+        })
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            app.db
+                .scalar("SELECT COALESCE(MAX(position), 0) AS n FROM consumer_positions")
+                == 3
+        })
+        .await,
+        "the position moves past what the filter leaves out"
+    );
+    let delivered = consumer.delivered();
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert_eq!(delivered[0].body["kind"], "refund");
+}
+
+async fn the_pull_endpoint_pages_the_feed_behind_its_token(b: Backend) {
+    let db = TestDb::new(b);
+    let url = db.url.clone();
+    let toml = config_toml(&url, "").replace(
+        "max_body = \"64KiB\"",
+        "max_body = \"64KiB\"\nchanges_token = \"pull-token-123\"",
+    );
+    let app = spawn_app_with(db, &toml).await;
+    for i in 0..5 {
+        assert_eq!(
+            app.deliver(&order_event(&format!("e{i}"), &format!("o{i}"), 1, "paid"))
+                .await
+                .0,
+            200
+        );
+    }
+    let get = |auth: Option<&str>, q: &str| {
+        let mut r = app.client.get(app.url(&format!("/changes{q}")));
+        if let Some(a) = auth {
+            r = r.header("Authorization", a);
+        }
+        r.send()
+    };
+    assert_eq!(get(None, "").await.unwrap().status(), 401);
+    assert_eq!(get(Some("Bearer nope"), "").await.unwrap().status(), 401);
+    assert_eq!(
+        get(Some("Bearer pull-token-123"), "?after=x")
+            .await
+            .unwrap()
+            .status(),
+        400
+    );
+    let page: serde_json::Value = get(Some("Bearer pull-token-123"), "?after=0&limit=3")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["changes"].as_array().unwrap().len(), 3);
+    assert_eq!(page["next_after"], 3);
+    let page: serde_json::Value = get(Some("Bearer pull-token-123"), "?after=3&limit=3")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = page["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!((seqs, page["next_after"].as_i64()), (vec![4, 5], Some(5)));
+
+    // Without a token, the endpoint does not exist.
+    let other = crate::helpers::spawn_app(b).await;
+    let r = other
+        .client
+        .get(other.url("/changes"))
+        .header("Authorization", "Bearer pull-token-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+async fn retention_keeps_changes_a_consumer_has_not_acknowledged(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    for i in 0..6 {
+        deliver(
+            &store,
+            &format!("e{i}"),
+            Some(order(&format!("o{i}"), 1, "paid")),
+        )
+        .await;
+    }
+    db.execute("UPDATE changes SET changed_at = '2000-01-01T00:00:00.000Z'");
+    // A consumer that has acknowledged the first two.
+    db.execute("INSERT INTO consumer_positions (consumer, position) VALUES ('app', 2)");
+    let config = webhook_reconciler::config::Config::from_toml_str(
+        &(config_toml(&db.url, "")
+            + "\n[consumers.app]\nurl = \"http://127.0.0.1:9/feed\"\nsecret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZg==\"\n"),
+    )
+    .unwrap();
+    let report = webhook_reconciler::store::retention::prune(
+        store.db(),
+        &config,
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.changes, 2);
+    assert_eq!(db.count("changes"), 4, "the unacknowledged changes stay");
+    assert_eq!(db.scalar("SELECT MIN(seq) AS n FROM changes"), 3);
+}
+
+async fn a_reconcile_that_repairs_a_lost_webhook_reaches_the_consumer(b: Backend) {
+    let consumer = ConsumerApp::start().await;
+    let db = TestDb::new(b);
+    let sim = sim_with(Style::Cursor).await;
+    sim.put("orders", "lost", 4, order_fields("paid"));
+    let toml = reconcile_config(&db.url, &sim, Style::Cursor, "", "").replace(
+        "lease_ttl = \"3s\"",
+        "lease_ttl = \"3s\"\nevery = \"1h\"\njitter = \"0s\"",
+    ) + &consumer.config("app", "");
+    let config = webhook_reconciler::config::Config::from_toml_str(&toml).unwrap();
+    let app = webhook_reconciler::app::Application::build(config)
+        .await
+        .unwrap();
+    let server = tokio::spawn(async move { app.run_until(std::future::pending()).await });
+    // `run_at_start`: the daemon's first reconcile repairs the order whose webhook was lost.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            !consumer.delivered().is_empty()
+        })
+        .await
+    );
+    let p = &consumer.delivered()[0];
+    assert_eq!(
+        (
+            p.body["id"].as_str(),
+            p.body["version"].as_i64(),
+            p.body["origin"].as_str()
+        ),
+        (Some("lost"), Some(4), Some("reconcile"))
+    );
+    assert_eq!(p.body["state"]["status"], "paid");
+    server.abort();
+}

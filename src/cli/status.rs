@@ -17,8 +17,17 @@ struct KindStatus {
 }
 
 #[derive(Serialize)]
+struct ConsumerStatus {
+    consumer: String,
+    position: i64,
+    #[serde(flatten)]
+    lag: sql::Lag,
+}
+
+#[derive(Serialize)]
 struct Status {
     kinds: Vec<KindStatus>,
+    consumers: Vec<ConsumerStatus>,
     dead_letters: Vec<sql::SourceCount>,
     last_prune: Option<sql::PruneRow>,
 }
@@ -36,10 +45,20 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             recent_runs,
         });
     }
+    let feed = crate::feed::Feed::new(db.clone());
+    let mut consumers = Vec::new();
+    for c in &config.consumers {
+        consumers.push(ConsumerStatus {
+            consumer: c.name.clone(),
+            position: feed.position(&c.name).await?,
+            lag: feed.lag(c).await?,
+        });
+    }
     let dead_letters = db.read(sql::dead_letter_counts).await?;
     let last_prune = db.read(sql::last_prune).await?;
     let st = Status {
         kinds,
+        consumers,
         dead_letters,
         last_prune,
     };
@@ -84,6 +103,19 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             println!("  last error: {error}");
         }
     }
+    for c in &st.consumers {
+        println!(
+            "consumer {}: at seq {}, {} change(s) waiting{}",
+            c.consumer,
+            c.position,
+            c.lag.waiting,
+            if c.lag.waiting > 0 {
+                format!(", the oldest {:.0}s old", c.lag.oldest_seconds)
+            } else {
+                String::new()
+            }
+        );
+    }
     if st.dead_letters.is_empty() {
         println!("dead letters: none");
     } else {
@@ -117,8 +149,12 @@ pub async fn prune(config: &Config) -> anyhow::Result<()> {
         crate::store::retention::prune(&db, config, &tokio_util::sync::CancellationToken::new())
             .await?;
     println!(
-        "pruned {} event ids, {} reconcile runs, {} dead letters in {:.1}s",
-        report.processed_events, report.reconcile_runs, report.dead_letters, report.seconds
+        "pruned {} event ids, {} reconcile runs, {} dead letters, {} changes in {:.1}s",
+        report.processed_events,
+        report.reconcile_runs,
+        report.dead_letters,
+        report.changes,
+        report.seconds
     );
     Ok(())
 }

@@ -6,6 +6,8 @@
 //! and the demo compares the two sides. Every figure in the report is measured — the
 //! receiver's answers and the rows in the database — not asserted.
 
+pub mod application;
+
 use crate::bookkeeping::Bookkeeping;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -93,6 +95,10 @@ pub struct DemoReport {
     /// Resources whose local state differs from the sender's at the end.
     pub diverged_at_end: usize,
     pub resources: usize,
+    /// Changes committed to the feed.
+    pub changes: i64,
+    /// What the application did with them.
+    pub effects: application::EffectCounts,
     pub converged: bool,
     pub seconds: f64,
 }
@@ -114,11 +120,23 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
     sim.add_kind("orders", Style::Cursor);
     sim.add_kind("refunds", Style::Cursor);
     let secret = format!("demo-{:016x}", rand::random::<u64>());
+    let app_key: [u8; 32] = rand::random();
+    let application = application::Application::start(&app_key)
+        .await
+        .context("starting the demo's application")?;
     let config = Config::from_toml_str(
         &TEMPLATE
             .replace("{{DATABASE_URL}}", &database)
             .replace("{{SENDER}}", &sim.base_url())
-            .replace("{{SECRET}}", &secret),
+            .replace("{{SECRET}}", &secret)
+            .replace("{{APPLICATION}}", &application.url())
+            .replace(
+                "{{APPLICATION_SECRET}}",
+                &format!(
+                    "whsec_{}",
+                    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, app_key)
+                ),
+            ),
     )
     .map_err(|e| anyhow::anyhow!("the demo configuration: {e}"))?;
 
@@ -216,6 +234,14 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         }
     }
     let diverged_at_end = diverged(&db, &expected).await?;
+    // Every committed change reaches the application (pushed within a second while it
+    // keeps up); wait for the last one, bounded.
+    let changes = db.read(crate::db::sql::last_seq).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while application.counts().performed < changes as usize && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let effects = application.counts();
     stop.cancel();
     let _ = server.await;
     Ok(DemoReport {
@@ -229,7 +255,9 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         reconcile_ran: opts.reconcile,
         diverged_at_end,
         resources: expected.len(),
-        converged: diverged_at_end == 0,
+        changes,
+        effects,
+        converged: diverged_at_end == 0 && effects.performed == changes as usize,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -421,6 +449,22 @@ pub fn print_report(r: &DemoReport) {
     } else {
         println!("  repaired by reconciliation:       -  (skipped: --no-reconcile)");
     }
+    println!(
+        "  changes committed:          {:>7}  (one per write that changed a resource)",
+        r.changes
+    );
+    println!(
+        "  effects by the application: {:>7}  ({} for changes reconciliation repaired; {} redelivered pushes not performed again)",
+        r.effects.performed, r.effects.from_reconcile, r.effects.redelivered
+    );
+    println!(
+        "  each change acted on once:  {:>7}",
+        if r.effects.performed as i64 == r.changes {
+            "YES"
+        } else {
+            "NO"
+        }
+    );
     println!(
         "  local state equals sender:  {:>7}  ({} of {} resources equal) in {:.1}s",
         if r.converged { "YES" } else { "NO" },

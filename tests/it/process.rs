@@ -351,3 +351,106 @@ async fn a_live_holder_is_named_with_its_expiry_and_wait_waits_for_it() {
     assert!(started.elapsed() >= Duration::from_millis(500), "it waited");
     assert_eq!(db.count("resources"), 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_killed_while_pushing_then_restarted_skips_no_change() {
+    use crate::helpers::consumer::ConsumerApp;
+    use crate::helpers::process::free_port;
+    for backend in [Backend::Postgres, Backend::Sqlite] {
+        let consumer = ConsumerApp::start().await;
+        consumer.answer_after(Duration::from_millis(30));
+        let db = TestDb::new(backend);
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let text = crate::helpers::config_toml(&db.url, "").replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        ) + &consumer.config("app", "");
+        let config = write_migrated_config(dir.path(), &text);
+        let serve = || {
+            bin()
+                .env("RUST_LOG", "warn")
+                .arg("--config")
+                .arg(&config)
+                .arg("serve")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut child = serve();
+        let client = reqwest::Client::new();
+        let up = eventually(Duration::from_secs(20), || async {
+            client
+                .get(format!("http://127.0.0.1:{port}/healthz"))
+                .send()
+                .await
+                .is_ok()
+        })
+        .await;
+        assert!(up, "{backend:?}: serve did not come up");
+        for i in 0..100 {
+            let body = crate::helpers::order_event(&format!("e{i}"), &format!("o{i}"), 1, "paid")
+                .to_string();
+            let r = crate::helpers::post_signed(
+                &client,
+                format!("127.0.0.1:{port}"),
+                &body,
+                crate::helpers::SHOP_SECRET,
+            )
+            .await;
+            assert_eq!(r.status(), 200);
+        }
+        let midway = eventually(Duration::from_secs(20), || async {
+            consumer.delivered().len() >= 20
+        })
+        .await;
+        assert!(midway, "{backend:?}: pushing never got going");
+        signal(child.id(), "KILL");
+        child.wait().unwrap();
+        let before = consumer.delivered().len();
+        assert!(
+            before < 100,
+            "{backend:?}: killed too late to test anything ({before})"
+        );
+
+        let mut child = serve();
+        let all = eventually(Duration::from_secs(60), || async {
+            let mut ids: Vec<String> = consumer
+                .delivered()
+                .into_iter()
+                .map(|p| p.webhook_id)
+                .collect();
+            ids.sort();
+            ids.dedup();
+            ids.len() == 100
+        })
+        .await;
+        signal(child.id(), "TERM");
+        child.wait().unwrap();
+        let delivered: Vec<String> = consumer
+            .delivered()
+            .into_iter()
+            .map(|p| p.webhook_id)
+            .collect();
+        let mut distinct = delivered.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(
+            all,
+            "{backend:?}: {} of 100 changes delivered",
+            distinct.len()
+        );
+        let expected: Vec<String> = {
+            let mut v: Vec<String> = (1..=100).map(|s| format!("chg_{s}")).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(distinct, expected, "{backend:?}: no change skipped");
+        println!(
+            "{backend:?}: {} pushes for 100 changes ({} resent after the crash)",
+            delivered.len(),
+            delivered.len() - 100
+        );
+    }
+}

@@ -37,6 +37,8 @@ struct Inner {
     pushes: Vec<Push>,
     /// Answer 500 to this many more pushes.
     fail_next: usize,
+    /// Take this long to answer each push.
+    delay: std::time::Duration,
 }
 
 pub struct ConsumerApp {
@@ -68,6 +70,8 @@ async fn receive(
     if h("webhook-signature") != expected {
         return StatusCode::UNAUTHORIZED;
     }
+    let delay = inner.lock().unwrap().delay;
+    tokio::time::sleep(delay).await;
     let mut inner = inner.lock().unwrap();
     let status = if inner.fail_next > 0 {
         inner.fail_next -= 1;
@@ -112,6 +116,10 @@ impl ConsumerApp {
             self.url(),
             consumer_secret()
         )
+    }
+
+    pub fn answer_after(&self, delay: std::time::Duration) {
+        self.inner.lock().unwrap().delay = delay;
     }
 
     pub fn fail_next(&self, n: usize) {

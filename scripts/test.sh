@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-postgres.sh
-cargo test --locked "$@"
+# Unit and integration tests; no doc tests (the crate has none), so the run ends with
+# the integration suite's summary line.
+cargo test --locked --lib --bins --tests "$@"

@@ -2,6 +2,9 @@
 //! no-ops; seqs in visibility order; pushes to a consumer in per-resource order with a
 //! stable idempotency key, surviving failures, replicas and filters; the pull endpoint
 //! and its token; retention that keeps what a consumer has not acknowledged.
+//!
+//! Longer than 500 lines on purpose: one test per promise of SPEC's "The change feed",
+//! sharing the helpers at the top.
 
 use std::time::Duration;
 

@@ -2,6 +2,7 @@
 //! scheduler and the conflict resolver, until shutdown.
 
 use crate::bookkeeping::Bookkeeping;
+use crate::change::ResourceKey;
 use crate::feed::Feed;
 use crate::feed::push::Pusher;
 use std::future::Future;
@@ -233,7 +234,7 @@ async fn resolve_conflicts(
     cancel: CancellationToken,
 ) {
     loop {
-        let (source, kind, id) = tokio::select! {
+        let ResourceKey { source, kind, id } = tokio::select! {
             () = cancel.cancelled() => return,
             next = conflicts.recv() => match next {
                 Some(k) => k,

@@ -81,6 +81,12 @@ impl ResourceKey<String> {
     }
 }
 
+impl ResourceKey<&str> {
+    pub fn to_owned(&self) -> ResourceKey {
+        ResourceKey::new(self.source.into(), self.kind.into(), self.id.into())
+    }
+}
+
 /// One resource's state at one version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {

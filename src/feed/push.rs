@@ -58,7 +58,8 @@ pub struct Pusher {
     feed: Feed,
     db: Db,
     book: Bookkeeping,
-    client: reqwest::Client,
+    /// Shared by the delivery tasks of every batch.
+    delivery: Arc<Delivery>,
     published: Arc<Notify>,
 }
 
@@ -78,10 +79,14 @@ impl Pusher {
             .build()?;
         Ok(Self {
             feed: Feed::new(db.clone()),
+            delivery: Arc::new(Delivery {
+                consumer: consumer.clone(),
+                client,
+                db: db.clone(),
+            }),
             consumer,
             db,
             book,
-            client,
             published,
         })
     }
@@ -185,7 +190,7 @@ impl Pusher {
         let permits = Arc::new(Semaphore::new(PARALLEL));
         let mut tasks = tokio::task::JoinSet::new();
         for (_, changes) in by_resource {
-            let (this, permits, cancel) = (self.clone_for_task(), permits.clone(), cancel.clone());
+            let (this, permits, cancel) = (self.delivery.clone(), permits.clone(), cancel.clone());
             tasks.spawn(async move {
                 let Ok(_permit) = permits.acquire_owned().await else {
                     return false;
@@ -204,14 +209,6 @@ impl Pusher {
         }
         complete
     }
-
-    fn clone_for_task(&self) -> Arc<Delivery> {
-        Arc::new(Delivery {
-            consumer: self.consumer.clone(),
-            client: self.client.clone(),
-            db: self.db.clone(),
-        })
-    }
 }
 
 /// What one delivery task needs.
@@ -228,7 +225,12 @@ impl Delivery {
         let id = format!("chg_{}", change.seq);
         let body = match serde_json::to_vec(change) {
             Ok(b) => b,
-            Err(_) => return Delivered::Skipped,
+            // Cannot happen for this struct; if it did, the batch is retried, loudly,
+            // rather than the change skipped in silence.
+            Err(e) => {
+                tracing::error!(consumer = c.name, seq = change.seq, error = %e, "cannot serialize the change; retrying the batch");
+                return Delivered::Cancelled;
+            }
         };
         let mut attempt: u32 = 0;
         loop {

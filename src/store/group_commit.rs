@@ -113,11 +113,7 @@ enum RoundKey {
 fn keys(d: &Delivery) -> Vec<RoundKey> {
     let mut keys = vec![RoundKey::Event(d.source.clone(), d.event_id.clone())];
     if let Some(key) = d.resource_key() {
-        keys.push(RoundKey::Resource(ResourceKey::new(
-            key.source.to_string(),
-            key.kind.to_string(),
-            key.id.to_string(),
-        )));
+        keys.push(RoundKey::Resource(key.to_owned()));
     }
     keys
 }

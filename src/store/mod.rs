@@ -86,13 +86,18 @@ impl Store {
     async fn write_changes<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
-        T: Send + 'static,
+        T: Written + Send + 'static,
     {
         let (value, published) = self
             .db
             .write(move |conn| {
                 let value = f(conn)?;
-                let published = sql::publish_changes(conn)?;
+                // A write that touched no row has nothing pending: no query, no lock.
+                let published = if value.rows() > 0 {
+                    sql::publish_changes(conn)?
+                } else {
+                    0
+                };
                 Ok((value, published))
             })
             .await?;
@@ -258,8 +263,11 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
         };
         outcomes.push(outcome);
     }
-    // Last in the transaction: the change feed's seqs are handed out at the end.
-    sql::publish_changes(conn)?;
+    // Last in the transaction: the change feed's seqs are handed out at the end. A
+    // group of duplicates and stale events wrote no row and has nothing to publish.
+    if !upserted.is_empty() {
+        sql::publish_changes(conn)?;
+    }
     Ok(outcomes)
 }
 
@@ -313,5 +321,23 @@ impl Store {
             Ok(Ok(n))
         })
         .await
+    }
+}
+
+/// How many resource rows a write touched: a write that touched none has no change to
+/// publish.
+trait Written {
+    fn rows(&self) -> usize;
+}
+
+impl Written for Vec<ResourceKey> {
+    fn rows(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Written for Result<usize, LeaseLost> {
+    fn rows(&self) -> usize {
+        self.as_ref().map_or(0, |n| *n)
     }
 }

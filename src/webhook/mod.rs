@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use http::HeaderMap;
 
+use crate::change::ResourceKey;
 use crate::config::{Scheme, SourceConfig};
 use crate::db::{DbError, ErrorClass};
 
@@ -51,8 +52,8 @@ pub struct Receiver {
     conflicts: Option<tokio::sync::mpsc::Sender<ConflictKey>>,
 }
 
-/// A resource whose webhook ended in `conflict`: (source, kind, id).
-pub type ConflictKey = (String, String, String);
+/// A resource whose webhook ended in `conflict`.
+pub type ConflictKey = ResourceKey;
 
 impl Receiver {
     pub fn new(source: &SourceConfig, store: Store) -> Self {
@@ -134,25 +135,31 @@ impl Receiver {
                     reason.truncate(cut);
                     reason.push_str("...");
                 }
-                let kept = self
-                    .store
-                    .dead_letter(
-                        self.source.clone(),
-                        env.id.clone(),
-                        env.event_type.clone(),
-                        reason.clone(),
-                        String::from_utf8_lossy(body).into_owned(),
-                    )
-                    .await;
-                match kept {
-                    Ok(()) => Rejection::Unprocessable {
-                        event_id: env.id,
-                        event_type: env.event_type,
-                        reason,
-                    },
-                    Err(e) => Rejection::Unavailable(e),
-                }
+                self.dead_letter(env, reason, body).await
             }
+        }
+    }
+
+    /// Keeps an authentic delivery that cannot be applied, with the reason: 422 (or
+    /// 503 if even the dead letter cannot be written).
+    async fn dead_letter(&self, env: envelope::Envelope, reason: String, body: &[u8]) -> Rejection {
+        let kept = self
+            .store
+            .dead_letter(
+                self.source.clone(),
+                env.id.clone(),
+                env.event_type.clone(),
+                reason.clone(),
+                String::from_utf8_lossy(body).into_owned(),
+            )
+            .await;
+        match kept {
+            Ok(()) => Rejection::Unprocessable {
+                event_id: env.id,
+                event_type: env.event_type,
+                reason,
+            },
+            Err(e) => Rejection::Unavailable(e),
         }
     }
 
@@ -169,28 +176,10 @@ impl Receiver {
             None => None,
             Some(m) => match m.change(&self.source, &env) {
                 Ok(c) => Some(c),
-                Err(e) => {
-                    let reason = e.to_string();
-                    self.store
-                        .dead_letter(
-                            self.source.clone(),
-                            env.id.clone(),
-                            env.event_type.clone(),
-                            reason.clone(),
-                            String::from_utf8_lossy(body).into_owned(),
-                        )
-                        .await?;
-                    return Err(Rejection::Unprocessable {
-                        event_id: env.id,
-                        event_type: env.event_type,
-                        reason,
-                    });
-                }
+                Err(e) => return Err(self.dead_letter(env, e.to_string(), body).await),
             },
         };
-        let key = change
-            .as_ref()
-            .map(|c| (c.source.clone(), c.kind.clone(), c.id.clone()));
+        let key = change.as_ref().map(|c| c.key().to_owned());
         let applied = self
             .store
             .apply_event(Delivery {

@@ -235,30 +235,20 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 None
             }
         };
-        for (list, known) in [
-            (
-                "sources",
-                sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
-            ),
-            (
-                "kinds",
-                sources
-                    .iter()
-                    .flat_map(|s| s.kinds.iter().map(|k| k.name.clone()))
-                    .collect(),
-            ),
+        let source_names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        let kind_names: Vec<&str> = sources
+            .iter()
+            .flat_map(|s| s.kinds.iter().map(|k| k.name.as_str()))
+            .collect();
+        for (list, what, given, known) in [
+            ("sources", "source", &raw.sources, &source_names),
+            ("kinds", "kind", &raw.kinds, &kind_names),
         ] {
-            let given = if list == "sources" {
-                &raw.sources
-            } else {
-                &raw.kinds
-            };
-            for g in given.iter().filter(|g| !known.contains(g)) {
+            for g in given.iter().filter(|g| !known.contains(&g.as_str())) {
                 c.fail(
                     key(list),
                     format!(
-                        "{g:?} is not a configured {}; known: {}",
-                        &list[..list.len() - 1],
+                        "{g:?} is not a configured {what}; known: {}",
                         known.join(", ")
                     ),
                 );

@@ -95,10 +95,7 @@ pub fn changes_after(
     kinds: &[String],
 ) -> diesel::QueryResult<Vec<ChangeRow>> {
     let b = conn.backend();
-    let state = match b {
-        Backend::Postgres => "state::text AS state",
-        Backend::Sqlite => "state",
-    };
+    let state = super::resources::state_text(b);
     let q = query(
         b,
         &format!(

@@ -151,7 +151,8 @@ pub struct StoredRow {
     pub state: Option<String>,
 }
 
-fn state_text(backend: Backend) -> &'static str {
+/// The `state` column as JSON text on both backends.
+pub(super) fn state_text(backend: Backend) -> &'static str {
     match backend {
         Backend::Postgres => "state::text AS state",
         Backend::Sqlite => "state",

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::types::{
-    Action, LogFormat, OnFailure, Pagination, SchemeName, Synchronous, VersionFormat,
+    Action, LogFormat, OnFailure, Pagination, SchemeName, Synchronous, VersionFormat, VersionFrom,
 };
 
 /// The file format, section by section. A key left out is `None` here; its default is
@@ -100,6 +100,9 @@ pub struct RawSource {
     pub requests_per_second: Option<f64>,
     pub api_base: Option<String>,
     pub api_token: Option<RawSecret>,
+    /// The header carrying `api_token`: `Authorization` (default, as `Bearer TOKEN`) or
+    /// another name, which carries the token as it is (`X-Shopify-Access-Token`).
+    pub api_token_header: Option<String>,
     #[serde(default)]
     pub insecure_no_signature: bool,
     #[serde(default)]
@@ -166,8 +169,14 @@ pub struct RawKind {
     pub id: Option<String>,
     pub version: Option<String>,
     pub version_format: Option<VersionFormat>,
+    /// `item` (default: the `version` pointer) or `response_date`: the listing's or
+    /// get's `Date` header, for senders whose objects carry no version.
+    pub version_from: Option<VersionFrom>,
     pub state: Option<String>,
     pub get: Option<String>,
+    /// Pointer to the resource in the `get` response (default: the whole body), for
+    /// senders that wrap it (`{"order": {...}}`).
+    pub get_item: Option<String>,
     /// Further origins (`https://host[:port]`) this kind's next-page links and redirects
     /// may point to; the API token is sent there too.
     #[serde(default)]

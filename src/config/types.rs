@@ -130,6 +130,8 @@ pub enum Scheme {
     StandardWebhooks,
     Stripe,
     Github,
+    /// `X-Shopify-Hmac-Sha256`: base64 HMAC-SHA256 of the raw body; no timestamp.
+    Shopify,
     /// No verification at all; only with `insecure_no_signature = true`.
     None,
 }
@@ -146,6 +148,8 @@ pub enum SchemeName {
     Stripe,
     #[serde(rename = "github")]
     Github,
+    #[serde(rename = "shopify")]
+    Shopify,
     #[serde(rename = "none")]
     None,
 }
@@ -157,6 +161,7 @@ impl Scheme {
             Scheme::StandardWebhooks => "standard-webhooks",
             Scheme::Stripe => "stripe",
             Scheme::Github => "github",
+            Scheme::Shopify => "shopify",
             Scheme::None => "none",
         }
     }
@@ -261,6 +266,19 @@ pub enum VersionFormat {
     Unix,
 }
 
+/// Where a listed (or fetched) item's version comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VersionFrom {
+    /// The item's `version` pointer (none: version 0, insert-once).
+    #[default]
+    Item,
+    /// The response's `Date` header (the sender's clock, whole seconds): for senders
+    /// whose objects carry no version. Equal seconds are ambiguous, so such a kind is
+    /// written only when strictly newer; see ARCHITECTURE.md.
+    ResponseDate,
+}
+
 /// What an event does to its resource.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -307,8 +325,11 @@ pub struct KindConfig {
     pub id: String,
     pub version: Option<String>,
     pub version_format: VersionFormat,
+    pub version_from: VersionFrom,
     pub state: String,
     pub get: Option<String>,
+    /// Pointer to the resource in the `get` response ("" = the whole body).
+    pub get_item: String,
     /// Origins besides the source's (`api_base`, absolute `list` / `get`) that next
     /// links and redirects may lead to, as `scheme://host:port`.
     pub allowed_origins: Vec<String>,
@@ -323,7 +344,14 @@ pub struct KindConfig {
 impl KindConfig {
     /// A kind without a version field is insert-once: webhooks never overwrite it.
     pub fn versioned(&self) -> bool {
-        self.version.is_some() || self.events.values().any(|e| e.version.is_some())
+        self.version.is_some()
+            || self.by_fetch_time()
+            || self.events.values().any(|e| e.version.is_some())
+    }
+
+    /// Listed and fetched items are versioned by the response's `Date`.
+    pub fn by_fetch_time(&self) -> bool {
+        self.version_from == VersionFrom::ResponseDate
     }
 }
 
@@ -336,6 +364,8 @@ pub struct SourceConfig {
     pub requests_per_second: f64,
     pub api_base: Option<String>,
     pub api_token: Option<SecretString>,
+    /// `None`: `Authorization: Bearer TOKEN`; `Some(h)`: header `h` carries the token.
+    pub api_token_header: Option<String>,
     pub insecure_no_signature: bool,
     pub webhook: WebhookConfig,
     pub reconcile: ReconcileConfig,

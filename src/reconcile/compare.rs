@@ -17,13 +17,63 @@ pub fn verdict(local: Option<&StoredRow>, remote: &Change) -> Relation {
     relation(local.map(StoredRow::view), remote)
 }
 
-/// Classifies a page; returns the indexes of the items to write (what the reconcile
-/// guard admits) and adds to `counts`.
-pub fn compare_page(items: &[Change], local: &[StoredRow], counts: &mut RunCounts) -> Vec<usize> {
+/// What to do with a compared page.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    /// Indexes of the items to write.
+    pub write: Vec<usize>,
+    /// Indexes of items versioned by fetch time whose state differs from the local
+    /// row's at the same second: which came first is unknown, so they are settled
+    /// through `get` once that second has passed (see [`by_fetch_time`]).
+    pub ambiguous: Vec<usize>,
+}
+
+/// The write guard of a kind's listing: see [`by_fetch_time`].
+pub fn guard_for(by_fetch_time: bool) -> Guard {
+    if by_fetch_time {
+        Guard::NewerOnly
+    } else {
+        Guard::NewerOrDifferent
+    }
+}
+
+/// How an item versioned by the response's `Date` (`version_from = "response_date"`)
+/// is judged: the same state is never written (a later fetch alone is no change), a
+/// later second with another state is, and the same second with another state is
+/// ambiguous (the page may have been read just before the event that wrote the local
+/// row, or just after).
+pub fn by_fetch_time(relation: Relation, same_state: bool) -> (Relation, bool) {
+    match relation {
+        Relation::NewerIncoming if same_state => (Relation::Equal, false),
+        Relation::Differing => (Relation::Differing, true),
+        other => (other, false),
+    }
+}
+
+/// Classifies a page and adds to `counts`: the items to write (what the kind's guard
+/// admits) and those to settle through `get`.
+pub fn compare_page(
+    items: &[Change],
+    local: &[StoredRow],
+    fetch_time: bool,
+    counts: &mut RunCounts,
+) -> Verdicts {
     let by_id: HashMap<&str, &StoredRow> = local.iter().map(|r| (r.id.as_str(), r)).collect();
-    let mut write = Vec::new();
+    let mut out = Verdicts::default();
     for (i, item) in items.iter().enumerate() {
-        let v = verdict(by_id.get(item.id.as_str()).copied(), item);
+        let stored = by_id.get(item.id.as_str()).copied();
+        let mut v = verdict(stored, item);
+        let mut ambiguous = false;
+        if fetch_time {
+            let same_state = stored.is_some_and(|s| {
+                !s.deleted
+                    && match (&s.state, &item.state) {
+                        (Some(a), Some(b)) => a == b || crate::change::tie::json_equal(a, b),
+                        _ => false,
+                    }
+            });
+            (v, ambiguous) = by_fetch_time(v, same_state);
+        }
         match v {
             Relation::Missing => counts.missing += 1,
             Relation::NewerIncoming => counts.newer_remote += 1,
@@ -31,12 +81,14 @@ pub fn compare_page(items: &[Change], local: &[StoredRow], counts: &mut RunCount
             Relation::NewerStored => counts.newer_local += 1,
             Relation::Equal => counts.equal += 1,
         }
-        if Guard::NewerOrDifferent.admits(v) {
-            write.push(i);
+        if ambiguous {
+            out.ambiguous.push(i);
+        } else if guard_for(fetch_time).admits(v) {
+            out.write.push(i);
         }
     }
     counts.scanned += items.len() as i64;
-    write
+    out
 }
 
 #[cfg(test)]
@@ -113,6 +165,38 @@ mod tests {
     }
 
     #[test]
+    fn by_fetch_time_the_same_state_is_never_written_and_the_same_second_is_ambiguous() {
+        let a = r#"{"s":"a"}"#;
+        let b = r#"{"s":"b"}"#;
+        let local_rows = vec![
+            local("same", 1_000_000, false, a),
+            local("later", 1_000_000, false, a),
+            local("tie", 2_000_000, false, a),
+            local("older", 3_000_000, false, a),
+        ];
+        let items = vec![
+            remote("same", 5_000_000, a),
+            remote("later", 5_000_000, b),
+            remote("tie", 2_000_000, b),
+            remote("older", 2_000_000, b),
+            remote("new", 2_000_000, b),
+        ];
+        let mut counts = RunCounts::default();
+        let v = compare_page(&items, &local_rows, true, &mut counts);
+        assert_eq!(
+            v.write,
+            vec![1, 4],
+            "a later second with another state, and a missing row"
+        );
+        assert_eq!(
+            v.ambiguous,
+            vec![2],
+            "same second, other state: settled through get"
+        );
+        assert_eq!((counts.equal, counts.newer_local), (1, 1));
+    }
+
+    #[test]
     fn a_page_is_counted_and_only_the_drift_is_written() {
         let items = vec![
             remote("a", 1, "{}"),
@@ -126,8 +210,8 @@ mod tests {
             local("d", 2, false, "{}"),
         ];
         let mut counts = RunCounts::default();
-        let write = compare_page(&items, &local_rows, &mut counts);
-        assert_eq!(write, vec![0, 1]);
+        let v = compare_page(&items, &local_rows, false, &mut counts);
+        assert_eq!(v.write, vec![0, 1]);
         assert_eq!(
             (
                 counts.scanned,

@@ -1,8 +1,17 @@
-//! Conflict resolution: a webhook answered `conflict` (same version, other state) is
-//! settled from the sender's current state, fetched through the kind's `get` endpoint
-//! and applied through the same guarded write as a listing.
+//! Conflict resolution: a webhook answered `conflict` (same version, other state), or a
+//! listed item of a kind versioned by fetch time seen in the same second as the local
+//! row, is settled from the sender's current state, fetched through the kind's `get`
+//! endpoint and applied through the same guarded write as a listing.
 
-use super::{Reconciler, item_pointers};
+use std::time::Duration;
+
+use super::{Reconciler, RunCounts, compare, item_pointers};
+
+/// How often a resource versioned by fetch time is fetched while the sender's clock
+/// is still in the second of the local row (the answer would be ambiguous again).
+const SAME_SECOND_ATTEMPTS: u32 = 4;
+/// The wait between those fetches: the sender's clock has whole seconds.
+const NEXT_SECOND: Duration = Duration::from_millis(1000);
 
 impl Reconciler {
     /// Fetches one resource from the sender and applies it. `Ok(false)`: the kind has no
@@ -22,17 +31,48 @@ impl Reconciler {
             return Ok(false);
         }
         let sender = self.sender(source).ok_or("no sender")?;
-        let Some(item) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
-            return Ok(false);
-        };
-        let change = item_pointers(k)
-            .read(&item, &s.name, &k.name)
-            .map_err(|e| format!("GET {id}: {e}"))?;
-        let written = self
-            .store
-            .apply_batch(vec![change])
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(!written.is_empty())
+        let fetch_time = k.by_fetch_time();
+        for attempt in 1..=SAME_SECOND_ATTEMPTS {
+            let Some(fetched) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
+                return Ok(false);
+            };
+            let mut change = item_pointers(k)
+                .read(&fetched.item, &s.name, &k.name)
+                .map_err(|e| format!("GET {id}: {e}"))?;
+            if let Some(date) = fetched.date {
+                change.version = date;
+            }
+            let local = self
+                .store
+                .stored_rows(source, kind, vec![change.id.clone()])
+                .await
+                .map_err(|e| e.to_string())?;
+            let verdicts = compare::compare_page(
+                std::slice::from_ref(&change),
+                &local,
+                fetch_time,
+                &mut RunCounts::default(),
+            );
+            if !verdicts.ambiguous.is_empty() {
+                // Fetched in the second of the local row: wait for the sender's clock.
+                if attempt < SAME_SECOND_ATTEMPTS {
+                    tokio::time::sleep(NEXT_SECOND).await;
+                    continue;
+                }
+                return Err(format!(
+                    "GET {id}: the sender's Date is still the second of the local row after {attempt} fetches; left for the next reconcile"
+                ));
+            }
+            if verdicts.write.is_empty() {
+                return Ok(false);
+            }
+            let written = self
+                .store
+                .apply_batch_with(vec![change], compare::guard_for(fetch_time))
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(!written.is_empty());
+        }
+        Ok(false)
     }
 }

@@ -185,6 +185,12 @@ impl Reconciler {
             for (index, item) in page.items.iter().enumerate() {
                 let read = pointers
                     .read(item, &source.name, &kind.name)
+                    .map(|mut c| {
+                        if let Some(date) = page.date {
+                            c.version = date;
+                        }
+                        c
+                    })
                     .and_then(|c| match &kind.incremental {
                         Some(inc) => crate::change::read_version(item, &inc.field, inc.format)
                             .map(|t| (c, Some(t))),
@@ -273,8 +279,12 @@ impl Reconciler {
         let local = self.store.stored_rows(source, kind, ids).await?;
         // The counts become the run's only once the page is committed.
         let mut counts = run.report.counts;
-        let write = compare::compare_page(&changes, &local, &mut counts);
+        let fetch_time = run.kind.by_fetch_time();
+        let compare::Verdicts { write, ambiguous } =
+            compare::compare_page(&changes, &local, fetch_time, &mut counts);
+        let guard = compare::guard_for(fetch_time);
         counts.pages += 1;
+        let ambiguous: Vec<String> = ambiguous.iter().map(|i| changes[*i].id.clone()).collect();
         let Some(run_id) = run_id else {
             counts.applied += write.len() as i64;
             for i in write {
@@ -301,10 +311,11 @@ impl Reconciler {
                 .page_mark(run_id, fence, resume_at.clone(), counts)
         };
         let all: Vec<Change> = batch.iter().map(|l| l.change.clone()).collect();
-        match self.store.apply_page(all, mark(counts)).await {
+        match self.store.apply_page(all, guard, mark(counts)).await {
             Ok(written) => {
                 counts.applied += written? as i64;
                 run.report.counts = counts;
+                self.settle_ambiguous(run, &ambiguous).await;
                 return Ok(());
             }
             Err(e) if e.class() == ErrorClass::Data => {
@@ -319,7 +330,7 @@ impl Reconciler {
             let id = l.change.id.clone();
             match self
                 .store
-                .apply_page(vec![l.change], mark(run.report.counts))
+                .apply_page(vec![l.change], guard, mark(run.report.counts))
                 .await
             {
                 Ok(written) => run.report.counts.applied += written? as i64,
@@ -335,9 +346,32 @@ impl Reconciler {
             }
         }
         self.store
-            .apply_page(Vec::new(), mark(run.report.counts))
+            .apply_page(Vec::new(), guard, mark(run.report.counts))
             .await??;
+        self.settle_ambiguous(run, &ambiguous).await;
         Ok(())
+    }
+
+    /// Settles the page's ambiguous items (same second, other state) through `get`;
+    /// what cannot be settled now is left to the next run, whose fetch is a later
+    /// second.
+    async fn settle_ambiguous(&self, run: &mut Run<'_>, ids: &[String]) {
+        let (source, kind) = (&run.source.name, &run.kind.name);
+        for id in ids {
+            match self.resolve(source, kind, id).await {
+                Ok(true) => run.report.counts.applied += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(
+                        source,
+                        kind,
+                        id,
+                        error = e,
+                        "could not settle a listed item fetched in the same second as the local row; the next run will"
+                    );
+                }
+            }
+        }
     }
 }
 

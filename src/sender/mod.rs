@@ -70,11 +70,21 @@ struct Attempt {
     retry_after: Option<Duration>,
 }
 
-/// A successful response: its body (read within `max_page_bytes`) and its `Link`
-/// header values.
+/// A successful response: its body (read within `max_page_bytes`), its `Link`
+/// header values and its `Date`.
 struct Fetched {
     body: bytes::Bytes,
     links: Vec<String>,
+    /// The `Date` header as text, if any (read only for kinds versioned by it).
+    date: Option<String>,
+}
+
+/// One resource fetched through a kind's `get`.
+#[derive(Debug)]
+pub struct Fetched1 {
+    pub item: Value,
+    /// The response's `Date` in microseconds, for kinds versioned by it.
+    pub date: Option<i64>,
 }
 
 /// A client for one source.
@@ -84,6 +94,8 @@ pub struct Sender {
     http: reqwest::Client,
     api_base: Option<String>,
     token: Option<SecretString>,
+    /// `None`: `Authorization: Bearer`; else the header carrying the token as it is.
+    token_header: Option<reqwest::header::HeaderName>,
     limiter: Arc<DefaultDirectRateLimiter>,
     page_size: u32,
     max_attempts: u32,
@@ -154,6 +166,11 @@ impl Sender {
             http,
             api_base: source.api_base.clone(),
             token: source.api_token.clone(),
+            token_header: source
+                .api_token_header
+                .as_deref()
+                .map(|h| reqwest::header::HeaderName::from_bytes(h.as_bytes()))
+                .transpose()?,
             limiter: Arc::new(RateLimiter::direct(quota)),
             page_size: r.page_size,
             max_attempts: r.max_attempts,
@@ -259,13 +276,14 @@ impl Sender {
             reason: "404 Not Found: check the kind's list path".into(),
         })?;
         let links: Vec<&str> = fetched.links.iter().map(String::as_str).collect();
-        let mut page =
-            page::parse_page(kind, url.as_str(), &fetched.body, &links).map_err(|reason| {
-                SenderError::BadPage {
-                    url: url.to_string(),
-                    reason,
-                }
-            })?;
+        let bad = |reason: String| SenderError::BadPage {
+            url: url.to_string(),
+            reason,
+        };
+        let mut page = page::parse_page(kind, url.as_str(), &fetched.body, &links).map_err(bad)?;
+        if kind.by_fetch_time() {
+            page.date = Some(response_date(fetched.date.as_deref()).map_err(bad)?);
+        }
         // A relative next link is relative to the page it came from; a link off the
         // sender's origin fails the run now, before anything could save it as the
         // position to resume from.
@@ -280,24 +298,41 @@ impl Sender {
         Ok(page)
     }
 
-    /// Fetches one resource through the kind's `get` endpoint; `None` when the sender
-    /// answers 404 (the resource is gone).
-    pub async fn get_one(&self, kind: &KindConfig, id: &str) -> Result<Option<Value>, SenderError> {
+    /// Fetches one resource through the kind's `get` endpoint (the resource at its
+    /// `get_item` pointer); `None` when the sender answers 404 (the resource is gone).
+    pub async fn get_one(
+        &self,
+        kind: &KindConfig,
+        id: &str,
+    ) -> Result<Option<Fetched1>, SenderError> {
         let template = kind.get.as_deref().ok_or_else(|| {
             SenderError::BadUrl(format!("kind {} has no get endpoint", kind.name))
         })?;
         let url = self.absolute(&template.replace("{id}", &path_segment(id)?))?;
-        match self.get(&url).await? {
-            None => Ok(None),
-            Some(Fetched { body, .. }) => {
-                serde_json::from_slice(&body)
-                    .map(Some)
-                    .map_err(|e| SenderError::BadPage {
-                        url: url.to_string(),
-                        reason: format!("not JSON: {e}"),
-                    })
-            }
-        }
+        let Some(fetched) = self.get(&url).await? else {
+            return Ok(None);
+        };
+        let bad = |reason: String| SenderError::BadPage {
+            url: url.to_string(),
+            reason,
+        };
+        let mut doc: Value =
+            serde_json::from_slice(&fetched.body).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let item = doc
+            .pointer_mut(&kind.get_item)
+            .map(Value::take)
+            .ok_or_else(|| {
+                bad(format!(
+                    "get_item pointer {:?} matches nothing in the response",
+                    kind.get_item
+                ))
+            })?;
+        let date = if kind.by_fetch_time() {
+            Some(response_date(fetched.date.as_deref()).map_err(bad)?)
+        } else {
+            None
+        };
+        Ok(Some(Fetched1 { item, date }))
     }
 
     /// GET with rate limit and retries; `None` for 404.
@@ -358,7 +393,20 @@ impl Sender {
             .get(url.clone())
             .header("Accept", "application/json");
         if let Some(token) = &self.token {
-            req = req.bearer_auth(token.expose_secret());
+            req = match &self.token_header {
+                None => req.bearer_auth(token.expose_secret()),
+                Some(h) => {
+                    let mut v = reqwest::header::HeaderValue::from_str(token.expose_secret())
+                        .map_err(|_| Attempt {
+                            reason: "the API token is not a valid header value".into(),
+                            retryable: false,
+                            rate_limited: false,
+                            retry_after: None,
+                        })?;
+                    v.set_sensitive(true);
+                    req.header(h.clone(), v)
+                }
+            };
         }
         let resp = req.send().await.map_err(|e| Attempt {
             reason: describe(&e),
@@ -394,8 +442,13 @@ impl Sender {
             .filter_map(|v| v.to_str().ok())
             .map(String::from)
             .collect();
+        let date = resp
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
         let body = self.read_body(resp).await?;
-        Ok(Some(Fetched { body, links }))
+        Ok(Some(Fetched { body, links, date }))
     }
 
     /// Reads a body of at most `max_page_bytes`, chunk by chunk: a larger one is
@@ -472,6 +525,20 @@ fn describe(e: &reqwest::Error) -> String {
         }
         s
     }
+}
+
+/// A response's `Date` (RFC 9110 IMF-fixdate, whole seconds) in microseconds, the unit
+/// of timestamp versions.
+pub fn response_date(value: Option<&str>) -> Result<i64, String> {
+    const NEEDED: &str = "the kind has version_from = \"response_date\", so every list and get response must carry it";
+    let text = value.ok_or_else(|| format!("no Date header; {NEEDED}"))?;
+    let t = chrono::DateTime::parse_from_rfc2822(text.trim())
+        .map_err(|e| format!("Date header {text:?} is not an HTTP date ({e}); {NEEDED}"))?;
+    let micros = t.timestamp_micros();
+    if micros < 0 {
+        return Err(format!("Date header {text:?} is before 1970"));
+    }
+    Ok(micros)
 }
 
 /// `Retry-After` in seconds (the HTTP-date form is rare for APIs; it is ignored and the

@@ -46,6 +46,8 @@ pub struct Page {
     pub url: String,
     pub items: Vec<Value>,
     pub next: Option<Next>,
+    /// The response's `Date` in microseconds, read for kinds versioned by it.
+    pub date: Option<i64>,
 }
 
 /// Reads a page body fetched from `url`. `links` are the response's `Link` header
@@ -99,6 +101,7 @@ pub fn parse_page(
         url: url.to_string(),
         items,
         next,
+        date: None,
     })
 }
 

@@ -16,13 +16,13 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use crate::bookkeeping::{Fence, LeaseLost, PageMark};
+pub use crate::change::tie::Guard;
 use crate::change::{Change, Origin, ResourceKey};
 use crate::config::Backend;
 use crate::db::sql::StoredRow;
 use crate::db::sql::{self, Claim, MAX_BATCH_ROWS};
 use crate::db::{Conn, Db, DbError, DbTime};
 use group_commit::GroupCommit;
-use guard::Guard;
 
 pub use crate::change::Outcome;
 
@@ -118,7 +118,18 @@ impl Store {
     /// versions, or equal versions whose state differs. Returns the keys written. For a
     /// repeated key only the highest version is considered.
     pub async fn apply_batch(&self, changes: Vec<Change>) -> Result<Vec<ResourceKey>, DbError> {
-        self.write_changes(move |conn| apply_batch(conn, &changes))
+        self.apply_batch_with(changes, Guard::NewerOrDifferent)
+            .await
+    }
+
+    /// [`Self::apply_batch`] under `guard` (a kind versioned by fetch time writes only
+    /// strictly newer versions).
+    pub async fn apply_batch_with(
+        &self,
+        changes: Vec<Change>,
+        guard: Guard,
+    ) -> Result<Vec<ResourceKey>, DbError> {
+        self.write_changes(move |conn| apply_batch(conn, &changes, guard))
             .await
     }
 
@@ -128,13 +139,14 @@ impl Store {
     pub async fn apply_page(
         &self,
         changes: Vec<Change>,
+        guard: Guard,
         mark: PageMark,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
         self.write_changes(move |conn| {
             if let Err(lost) = mark.fence().check(conn)? {
                 return Ok(Err(lost));
             }
-            let written = apply_batch(conn, &changes)?.len();
+            let written = apply_batch(conn, &changes, guard)?.len();
             mark.record(conn, written)?;
             Ok(Ok(written))
         })
@@ -271,7 +283,11 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
     Ok(outcomes)
 }
 
-fn apply_batch(conn: &mut Conn, changes: &[Change]) -> diesel::QueryResult<Vec<ResourceKey>> {
+fn apply_batch(
+    conn: &mut Conn,
+    changes: &[Change],
+    guard: Guard,
+) -> diesel::QueryResult<Vec<ResourceKey>> {
     // One row per resource (PostgreSQL refuses to update a row twice in one statement),
     // in key order so that two batches lock rows in the same order and cannot deadlock.
     let mut latest: BTreeMap<ResourceKey<&str>, &Change> = BTreeMap::new();
@@ -287,12 +303,7 @@ fn apply_batch(conn: &mut Conn, changes: &[Change]) -> diesel::QueryResult<Vec<R
     let rows: Vec<(&Change, Option<&str>)> = latest.into_values().map(|c| (c, None)).collect();
     let mut written = Vec::new();
     for chunk in rows.chunks(MAX_BATCH_ROWS) {
-        written.extend(sql::upsert_many(
-            conn,
-            chunk,
-            Origin::Reconcile,
-            Guard::NewerOrDifferent,
-        )?);
+        written.extend(sql::upsert_many(conn, chunk, Origin::Reconcile, guard)?);
     }
     Ok(written)
 }

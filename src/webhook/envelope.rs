@@ -23,23 +23,45 @@ pub enum EnvelopeError {
     NotObject,
     #[error("envelope has no {0:?} (a non-empty string without NUL characters is required)")]
     Missing(&'static str),
+    #[error("missing header {0} (this scheme carries the event id and type in headers)")]
+    MissingHeader(&'static str),
     #[error("envelope {field:?} is refused: {reason}")]
     Invalid { field: &'static str, reason: String },
 }
 
 /// Event id and type carried in headers by schemes whose bodies may lack them
-/// (GitHub's `X-GitHub-Delivery` / `X-GitHub-Event`, Standard Webhooks' `webhook-id`).
+/// (GitHub's `X-GitHub-Delivery` / `X-GitHub-Event`, Standard Webhooks' `webhook-id`),
+/// or whose bodies are the resource itself (Shopify).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HeaderIds<'a> {
     pub id: Option<&'a str>,
     pub event_type: Option<&'a str>,
+    /// The body is the resource (Shopify): its `id` is the resource's, never the
+    /// event's, so id and type come from these headers only.
+    pub only: Option<(&'static str, &'static str)>,
 }
 
-/// Parses an envelope; the body's `id` and `type` win over `headers`.
+/// Parses an envelope; the body's `id` and `type` win over `headers` (unless the scheme
+/// says the body is the resource).
 pub fn parse(body: &[u8], headers: HeaderIds<'_>) -> Result<Envelope, EnvelopeError> {
     let doc: Value =
         serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let obj = doc.as_object().ok_or(EnvelopeError::NotObject)?;
+    if let Some((id_header, type_header)) = headers.only {
+        let from_header = |value: Option<&str>, name: &'static str, field: &'static str| {
+            let value = value
+                .filter(|v| !v.is_empty())
+                .ok_or(EnvelopeError::MissingHeader(name))?;
+            crate::change::limits::check_id(value)
+                .map_err(|reason| EnvelopeError::Invalid { field, reason })?;
+            Ok(value.to_string())
+        };
+        return Ok(Envelope {
+            id: from_header(headers.id, id_header, "id")?,
+            event_type: from_header(headers.event_type, type_header, "type")?,
+            doc,
+        });
+    }
     let field = |name: &'static str, fallback: Option<&str>| {
         let value = match obj.get(name) {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
@@ -122,10 +144,34 @@ mod tests {
         let h = HeaderIds {
             id: Some("hdr-id"),
             event_type: Some("issues"),
+            only: None,
         };
         let e = parse(br#"{"action":"opened"}"#, h).unwrap();
         assert_eq!((e.id.as_str(), e.event_type.as_str()), ("hdr-id", "issues"));
         let e = parse(br#"{"id":"body-id","type":"t"}"#, h).unwrap();
         assert_eq!((e.id.as_str(), e.event_type.as_str()), ("body-id", "t"));
+    }
+
+    #[test]
+    fn when_the_body_is_the_resource_only_headers_name_the_event() {
+        let only = Some(("X-Shopify-Webhook-Id", "X-Shopify-Topic"));
+        let h = HeaderIds {
+            id: Some("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"),
+            event_type: Some("orders/updated"),
+            only,
+        };
+        let e = parse(br#"{"id":820982911946154508,"type":"x"}"#, h).unwrap();
+        assert_eq!(e.id, "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043");
+        assert_eq!(e.event_type, "orders/updated");
+        let missing = HeaderIds {
+            id: None,
+            event_type: Some("orders/updated"),
+            only,
+        };
+        assert_eq!(
+            parse(br#"{"id":1}"#, missing).unwrap_err(),
+            EnvelopeError::MissingHeader("X-Shopify-Webhook-Id"),
+            "the body's id is the order's, never taken as the event's"
+        );
     }
 }

@@ -12,6 +12,9 @@ use crate::change::ResourceKey;
 use crate::config::{Scheme, SourceConfig};
 use crate::db::{DbError, ErrorClass};
 
+const SHOPIFY_ID: &str = "X-Shopify-Webhook-Id";
+const SHOPIFY_TOPIC: &str = "X-Shopify-Topic";
+
 /// Longest reason kept with a dead letter.
 const MAX_REASON_BYTES: usize = 500;
 use crate::store::{Delivery, Outcome, Store};
@@ -96,13 +99,35 @@ impl Receiver {
             Scheme::Github => HeaderIds {
                 id: get("X-GitHub-Delivery"),
                 event_type: get("X-GitHub-Event"),
+                only: None,
             },
             Scheme::StandardWebhooks => HeaderIds {
                 id: get("webhook-id"),
                 event_type: None,
+                only: None,
+            },
+            Scheme::Shopify => HeaderIds {
+                id: get(SHOPIFY_ID),
+                event_type: get(SHOPIFY_TOPIC),
+                only: Some((SHOPIFY_ID, SHOPIFY_TOPIC)),
             },
             _ => HeaderIds::default(),
         }
+    }
+
+    /// The mapping of an event: GitHub names the change in the body's `action`
+    /// (`issues` + `"action": "deleted"`), so `issues.deleted` is looked up before
+    /// `issues`.
+    fn mapping(&self, env: &envelope::Envelope) -> Option<&KindMapping> {
+        if self.scheme == Scheme::Github {
+            if let Some(action) = env.doc.get("action").and_then(|a| a.as_str()) {
+                let specific = format!("{}.{action}", env.event_type);
+                if let Some(m) = self.mappings.get(&specific) {
+                    return Some(m);
+                }
+            }
+        }
+        self.mappings.get(&env.event_type)
     }
 
     pub fn source(&self) -> &str {
@@ -172,7 +197,7 @@ impl Receiver {
     ) -> Result<(Outcome, String), Rejection> {
         self.verifier.verify(headers, body, now)?;
         let env = envelope::parse(body, self.header_ids(headers))?;
-        let change = match self.mappings.get(&env.event_type) {
+        let change = match self.mapping(&env) {
             None => None,
             Some(m) => match m.change(&self.source, &env) {
                 Ok(c) => Some(c),

@@ -68,7 +68,7 @@ proptest! {
     #[test]
     fn envelope_parsing_never_panics(body in prop::collection::vec(any::<u8>(), 0..300), json in arb_json(),
                                      id in proptest::option::of("\\PC{0,10}"), ty in proptest::option::of("\\PC{0,10}")) {
-        let ids = HeaderIds { id: id.as_deref(), event_type: ty.as_deref() };
+        let ids = HeaderIds { id: id.as_deref(), event_type: ty.as_deref(), only: None };
         let _ = envelope::parse(&body, ids);
         let _ = envelope::parse(json.to_string().as_bytes(), ids);
     }

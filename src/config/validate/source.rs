@@ -69,6 +69,14 @@ pub(super) fn validate_source(
             }
         });
 
+    if let Some(h) = &raw.api_token_header {
+        if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            c.fail(
+                key("api_token_header"),
+                format!("{h:?} is not an HTTP header name, e.g. \"X-Shopify-Access-Token\""),
+            );
+        }
+    }
     let webhook = validate_webhook(c, name, raw);
     let reconcile = validate_reconcile(c, name, raw);
 
@@ -84,6 +92,12 @@ pub(super) fn validate_source(
             }
         }
         let k = validate_kind(c, name, kind_name, kind);
+        warn_mappings(
+            c,
+            &format!("sources.{name}.kinds.{kind_name}"),
+            &k,
+            &webhook.scheme,
+        );
         if k.list.as_deref().is_some_and(|l| !is_absolute(l)) && raw.api_base.is_none() {
             c.fail(
                 key("api_base"),
@@ -103,11 +117,62 @@ pub(super) fn validate_source(
         requests_per_second,
         api_base: raw.api_base.clone(),
         api_token,
+        api_token_header: raw
+            .api_token_header
+            .clone()
+            .filter(|h| !h.eq_ignore_ascii_case("authorization")),
         insecure_no_signature: raw.insecure_no_signature,
         webhook,
         reconcile,
         kinds,
     })
+}
+
+/// Mappings that validate but cannot work as meant: `check-config` prints them, `serve`
+/// logs them at start.
+fn warn_mappings(c: &mut Checker, base: &str, k: &KindConfig, scheme: &Scheme) {
+    let events_versioned = k.events.values().any(|e| e.version.is_some());
+    if k.list.is_some() && k.version.is_none() && !k.by_fetch_time() && events_versioned {
+        c.warn(
+            &format!("{base}.version"),
+            "the events carry versions but listed items have none, so reconcile reads them as version 0 and can never \
+             repair a missed update. Point `version` at the items' version or last-modified field, or set \
+             version_from = \"response_date\" if the sender's objects carry none (Stripe)",
+        );
+    }
+    if let Some(get) = &k.get {
+        if !get.contains("{id}") {
+            c.warn(
+                &format!("{base}.get"),
+                format!("{get:?} has no {{id}}: every fetch would ask for the same URL; write it like \"/orders/{{id}}\""),
+            );
+        }
+    }
+    if k.by_fetch_time() && k.list.is_none() && k.get.is_none() {
+        c.warn(
+            &format!("{base}.version_from"),
+            "\"response_date\" versions listed and fetched items, but this kind has neither `list` nor `get`",
+        );
+    }
+    for (event_type, e) in &k.events {
+        let ekey = |k: &str| format!("{base}.events.{event_type}.{k}");
+        // In an envelope (every scheme but Shopify's, whose body is the resource) "/id"
+        // is the event's own id: each delivery would create a new resource.
+        if e.id == "/id" && *scheme != Scheme::Shopify && *scheme != Scheme::Github {
+            c.warn(
+                &ekey("id"),
+                "\"/id\" is the event's own id in the envelope, so every event would create a new resource; \
+                 point it at the resource's id, e.g. \"/data/object/id\" or \"/data/id\"",
+            );
+        }
+        if e.version.as_deref() == Some(e.id.as_str()) || e.state.as_deref() == Some(e.id.as_str())
+        {
+            c.warn(
+                &ekey("id"),
+                "the id pointer is also the version or state pointer; one of them points at the wrong field",
+            );
+        }
+    }
 }
 
 fn is_absolute(url: &str) -> bool {
@@ -147,6 +212,7 @@ fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConf
         SchemeName::StandardWebhooks => Scheme::StandardWebhooks,
         SchemeName::Stripe => Scheme::Stripe,
         SchemeName::Github => Scheme::Github,
+        SchemeName::Shopify => Scheme::Shopify,
         SchemeName::None => Scheme::None,
     };
     if !matches!(scheme, Scheme::HmacSha256 { .. })
@@ -303,7 +369,22 @@ fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> Ki
     let key = |k: &str| format!("{base}.{k}");
     let pagination = raw.pagination.unwrap_or_default();
     let version_format = raw.version_format.unwrap_or_default();
-    let kind_versioned = raw.version.is_some();
+    let version_from = raw.version_from.unwrap_or_default();
+    if version_from == VersionFrom::ResponseDate {
+        if raw.version.is_some() {
+            c.fail(
+                key("version_from"),
+                "\"response_date\" is for items without a version, but `version` is set too; remove one of them",
+            );
+        }
+        if version_format == VersionFormat::Integer {
+            c.fail(
+                key("version_format"),
+                "with version_from = \"response_date\" versions are times, so events must carry a timestamp too: set version_format = \"unix\" (e.g. Stripe's `created`) or \"rfc3339\"",
+            );
+        }
+    }
+    let kind_versioned = raw.version.is_some() || version_from == VersionFrom::ResponseDate;
     let mut events = BTreeMap::new();
     for (event_type, e) in &raw.events {
         let ekey = |k: &str| format!("{base}.events.{event_type}.{k}");
@@ -351,11 +432,13 @@ fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> Ki
             .as_deref()
             .map(|p| c.pointer(&key("version"), p)),
         version_format,
+        version_from,
         state: c.pointer(
             &key("state"),
             raw.state.as_deref().unwrap_or(defaults::ITEM_STATE),
         ),
         get: raw.get.clone(),
+        get_item: c.pointer(&key("get_item"), raw.get_item.as_deref().unwrap_or("")),
         allowed_origins: raw
             .allowed_origins
             .iter()

@@ -92,6 +92,53 @@ fn stripe_accepts_a_vector_computed_independently() {
 }
 
 #[test]
+fn stripe_accepts_an_event_envelope_signed_by_its_published_algorithm() {
+    // Stripe's published algorithm: HMAC-SHA256 keyed with the whole whsec_ secret
+    // over "{t}.{raw body}", hex. Expected value computed with openssl, not our code:
+    // printf '%s' "1700000000.$BODY" | openssl dgst -sha256 -hmac whsec_test_secret
+    let body = br#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","api_version":"2023-10-16","created":1700000000,"data":{"object":{"id":"cus_NffrFeUfNV2Hib","object":"customer","email":"jenny.rosen@example.com"}},"livemode":false,"pending_webhooks":1,"request":{"id":null,"idempotency_key":null},"type":"customer.updated"}"#;
+    let v = verifier(Scheme::Stripe, &[b"whsec_test_secret"]);
+    let h = headers(&[(
+        "Stripe-Signature",
+        "t=1700000000,v1=3c0375e186329086278b848e026ac443efa832bbc14fa865fa65f8f08146c984",
+    )]);
+    assert_eq!(v.verify(&h, body, NOW), Ok(()));
+    let mut tampered = body.to_vec();
+    tampered[10] ^= 1;
+    assert_eq!(v.verify(&h, &tampered, NOW), Err(VerifyError::Mismatch));
+}
+
+#[test]
+fn shopify_accepts_a_vector_computed_independently() {
+    // Shopify: base64 HMAC-SHA256 of the raw body. Computed with openssl, not our code:
+    // printf '%s' "$BODY" | openssl dgst -sha256 -hmac shpss_test_secret -binary | base64
+    let body = br#"{"id":820982911946154508,"email":"jon@example.com","updated_at":"2026-11-30T10:00:00-05:00"}"#;
+    let v = verifier(Scheme::Shopify, &[b"shpss_test_secret"]);
+    let h = headers(&[(
+        "X-Shopify-Hmac-Sha256",
+        "Jmwae7jO/hupys3nDEtMT7CluWz/GNSQ2Pg/DuFj0Vg=",
+    )]);
+    assert_eq!(v.verify(&h, body, NOW), Ok(()));
+    assert_eq!(
+        sign::shopify(b"shpss_test_secret", body),
+        "Jmwae7jO/hupys3nDEtMT7CluWz/GNSQ2Pg/DuFj0Vg="
+    );
+    assert_eq!(
+        v.verify(&h, &body[1..], NOW),
+        Err(VerifyError::Mismatch),
+        "a changed body is refused"
+    );
+    assert!(matches!(
+        v.verify(
+            &headers(&[("X-Shopify-Hmac-Sha256", "not base64!")]),
+            body,
+            NOW
+        ),
+        Err(VerifyError::Malformed { .. })
+    ));
+}
+
+#[test]
 fn hmac_sha256_accepts_a_vector_computed_independently() {
     let body = br#"{"id":"evt_1","type":"order.status_changed"}"#;
     let v = verifier(hmac_scheme(), &[b"shop-secret"]);

@@ -134,7 +134,7 @@ fn warn_mappings(c: &mut Checker, base: &str, k: &KindConfig, scheme: &Scheme) {
     let events_versioned = k.events.values().any(|e| e.version.is_some());
     if k.list.is_some() && k.version.is_none() && !k.by_fetch_time() && events_versioned {
         c.warn(
-            &format!("{base}.version"),
+            format!("{base}.version"),
             "the events carry versions but listed items have none, so reconcile reads them as version 0 and can never \
              repair a missed update. Point `version` at the items' version or last-modified field, or set \
              version_from = \"response_date\" if the sender's objects carry none (Stripe)",
@@ -143,14 +143,14 @@ fn warn_mappings(c: &mut Checker, base: &str, k: &KindConfig, scheme: &Scheme) {
     if let Some(get) = &k.get {
         if !get.contains("{id}") {
             c.warn(
-                &format!("{base}.get"),
+                format!("{base}.get"),
                 format!("{get:?} has no {{id}}: every fetch would ask for the same URL; write it like \"/orders/{{id}}\""),
             );
         }
     }
     if k.by_fetch_time() && k.list.is_none() && k.get.is_none() {
         c.warn(
-            &format!("{base}.version_from"),
+            format!("{base}.version_from"),
             "\"response_date\" versions listed and fetched items, but this kind has neither `list` nor `get`",
         );
     }
@@ -160,7 +160,7 @@ fn warn_mappings(c: &mut Checker, base: &str, k: &KindConfig, scheme: &Scheme) {
         // is the event's own id: each delivery would create a new resource.
         if e.id == "/id" && *scheme != Scheme::Shopify && *scheme != Scheme::Github {
             c.warn(
-                &ekey("id"),
+                ekey("id"),
                 "\"/id\" is the event's own id in the envelope, so every event would create a new resource; \
                  point it at the resource's id, e.g. \"/data/object/id\" or \"/data/id\"",
             );
@@ -168,7 +168,7 @@ fn warn_mappings(c: &mut Checker, base: &str, k: &KindConfig, scheme: &Scheme) {
         if e.version.as_deref() == Some(e.id.as_str()) || e.state.as_deref() == Some(e.id.as_str())
         {
             c.warn(
-                &ekey("id"),
+                ekey("id"),
                 "the id pointer is also the version or state pointer; one of them points at the wrong field",
             );
         }

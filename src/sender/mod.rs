@@ -7,15 +7,14 @@
 //! `reconcile.max_attempts`. Errors name the URL and the reason; the token never
 //! appears in them.
 
+pub mod budget;
 pub mod link;
 pub mod page;
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::{StatusCode, Url};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
@@ -96,7 +95,8 @@ pub struct Sender {
     token: Option<SecretString>,
     /// `None`: `Authorization: Bearer`; else the header carrying the token as it is.
     token_header: Option<reqwest::header::HeaderName>,
-    limiter: Arc<DefaultDirectRateLimiter>,
+    /// The source's request budget: its rate and the sender's quota headers.
+    budget: Arc<budget::Budget>,
     page_size: u32,
     max_attempts: u32,
     max_retry_wait: Duration,
@@ -154,13 +154,6 @@ impl Sender {
             .timeout(r.timeout)
             .user_agent(concat!("webhook-reconciler/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        // One request every 1/rps seconds, with a burst of one second's worth.
-        let period = Duration::from_secs_f64(1.0 / source.requests_per_second);
-        let burst = NonZeroU32::new(source.requests_per_second.ceil().max(1.0) as u32)
-            .unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(period)
-            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(burst);
         Ok(Self {
             source: source.name.clone(),
             http,
@@ -171,7 +164,7 @@ impl Sender {
                 .as_deref()
                 .map(|h| reqwest::header::HeaderName::from_bytes(h.as_bytes()))
                 .transpose()?,
-            limiter: Arc::new(RateLimiter::direct(quota)),
+            budget: Arc::new(budget::Budget::new(source.requests_per_second)),
             page_size: r.page_size,
             max_attempts: r.max_attempts,
             max_retry_wait: r.max_retry_wait,
@@ -387,7 +380,19 @@ impl Sender {
     }
 
     async fn attempt(&self, url: &Url) -> Result<Option<Fetched>, Attempt> {
-        self.limiter.until_ready().await;
+        self.budget
+            .acquire(self.max_retry_wait)
+            .await
+            .map_err(|too_long| Attempt {
+                reason: format!(
+                    "{} for {}, longer than reconcile.max_retry_wait",
+                    too_long.why,
+                    humantime::format_duration(Duration::from_secs(too_long.wait.as_secs()))
+                ),
+                retryable: false,
+                rate_limited: true,
+                retry_after: None,
+            })?;
         let mut req = self
             .http
             .get(url.clone())
@@ -416,22 +421,22 @@ impl Sender {
             retry_after: None,
         })?;
         let status = resp.status();
+        // Every response teaches the source's budget, successful ones included: the
+        // point is to slow down before the sender refuses.
+        let retry_after = self.budget.observe(resp.headers());
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !status.is_success() {
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after);
-            let retryable = status == StatusCode::TOO_MANY_REQUESTS
-                || status == StatusCode::REQUEST_TIMEOUT
-                || status.is_server_error();
+            // GitHub refuses a spent quota with 403 and X-RateLimit-Remaining: 0.
+            let rate_limited = status == StatusCode::TOO_MANY_REQUESTS
+                || (status == StatusCode::FORBIDDEN && retry_after.is_some());
+            let retryable =
+                rate_limited || status == StatusCode::REQUEST_TIMEOUT || status.is_server_error();
             return Err(Attempt {
                 reason: format!("HTTP {status}"),
                 retryable,
-                rate_limited: status == StatusCode::TOO_MANY_REQUESTS,
+                rate_limited,
                 retry_after,
             });
         }
@@ -539,14 +544,4 @@ pub fn response_date(value: Option<&str>) -> Result<i64, String> {
         return Err(format!("Date header {text:?} is before 1970"));
     }
     Ok(micros)
-}
-
-/// `Retry-After` in seconds (the HTTP-date form is rare for APIs; it is ignored and the
-/// backoff applies).
-fn parse_retry_after(v: &str) -> Option<Duration> {
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
 }

@@ -40,6 +40,9 @@ pub enum Command {
     Migrate,
     /// Validate the configuration (and that every secret resolves) without side effects.
     CheckConfig,
+    /// Print the effective configuration as TOML: presets applied, environment
+    /// overrides merged, secrets redacted. Keys not shown take their defaults.
+    Config,
     /// Delete processed event ids, old reconcile runs and dead letters past retention.
     Prune,
     /// Recent reconcile runs, drift, age of the last success, dead letters, last prune.
@@ -199,6 +202,15 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
         };
     }
+    if let Command::Config = cli.command {
+        return match Config::effective_toml(cli.config.as_deref()) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => config_error(&e),
+        };
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -210,7 +222,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
-        Command::Demo(_) => Ok(ExitCode::SUCCESS), // handled above
+        Command::Demo(_) | Command::Config => Ok(ExitCode::SUCCESS), // handled above
         Command::Changes {
             after,
             limit,
@@ -284,6 +296,16 @@ fn print_config_summary(config: &Config) {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if let Some(p) = s.preset {
+            println!("    preset: {p:?} (see `webhook-reconciler config` for every key it set)");
+        }
+        if let Some(cu) = &s.catchup {
+            println!(
+                "    catch-up: {} since the last run (window {})",
+                cu.listing.list.as_deref().unwrap_or_default(),
+                humantime::format_duration(cu.window)
+            );
+        }
     }
 }
 

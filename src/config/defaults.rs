@@ -81,5 +81,11 @@ pub const INCREMENTAL_OVERLAP: Duration = Duration::from_secs(5 * MINUTE);
 pub const FULL_EVERY: Duration = Duration::from_secs(DAY);
 pub const MAX_DELETE_FRACTION: f64 = 0.1;
 
+// [sources.NAME.catchup]
+/// How long senders keep events (Stripe: 30 days).
+pub const CATCHUP_WINDOW: Duration = Duration::from_secs(30 * DAY);
+/// Stripe's event creation time.
+pub const CATCHUP_FIELD: &str = "/created";
+
 // [sources.NAME.kinds.KIND.events."TYPE"]
 pub const EVENT_STATE: &str = "/data";

@@ -102,8 +102,34 @@ impl Config {
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let raw: RawConfig = figment.extract().map_err(figment_error)?;
+        let raw: RawConfig = with_presets(figment)?.extract().map_err(figment_error)?;
         validate::validate(raw)
+    }
+
+    /// The effective configuration as TOML: the file, its sources' presets and the
+    /// environment overrides merged, secrets redacted (`config` prints it). Keys still
+    /// absent take the defaults listed in README's key reference.
+    pub fn effective_toml(path: Option<&Path>) -> Result<String, ConfigError> {
+        let config = Self::load(path)?;
+        let mut figment = Figment::from(Serialized::defaults(EmptyDefaults {}));
+        if let Some(path) = path {
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
+        let raw: RawConfig = with_presets(figment)?.extract().map_err(figment_error)?;
+        let mut value = toml::Value::try_from(&raw)
+            .map_err(|e| ConfigError::one("(file)", format!("cannot print it: {e}")))?;
+        // The URL may carry a password.
+        if let Some(db) = value.get_mut("database").and_then(|d| d.as_table_mut()) {
+            if db.contains_key("url") {
+                db.insert(
+                    "url".into(),
+                    toml::Value::String(config.database.redacted_url().to_string()),
+                );
+            }
+        }
+        toml::to_string_pretty(&value)
+            .map_err(|e| ConfigError::one("(file)", format!("cannot print it: {e}")))
     }
 
     pub fn source(&self, name: &str) -> Option<&SourceConfig> {
@@ -113,6 +139,39 @@ impl Config {
 
 #[derive(serde::Serialize)]
 struct EmptyDefaults {}
+
+/// `figment` with, under each source that names a preset, the preset's keys: merged
+/// first, so every key written in the file or the environment wins, table by table.
+fn with_presets(figment: Figment) -> Result<Figment, ConfigError> {
+    #[derive(serde::Deserialize, Default)]
+    struct Sources {
+        #[serde(default)]
+        sources: std::collections::BTreeMap<String, OnlyPreset>,
+    }
+    #[derive(serde::Deserialize)]
+    struct OnlyPreset {
+        preset: Option<Preset>,
+    }
+    let found: Sources = figment.extract().map_err(figment_error)?;
+    let mut base = Figment::new();
+    for (name, source) in found.sources {
+        let Some(preset) = source.preset else {
+            continue;
+        };
+        let table: toml::Table = toml::from_str(preset.toml()).map_err(|e| {
+            ConfigError::one(
+                format!("sources.{name}.preset"),
+                format!("built-in preset does not parse: {e}"),
+            )
+        })?;
+        let nested = toml::Table::from_iter([(
+            "sources".to_string(),
+            toml::Value::Table(toml::Table::from_iter([(name, toml::Value::Table(table))])),
+        )]);
+        base = base.merge(Serialized::defaults(nested));
+    }
+    Ok(base.merge(figment))
+}
 
 fn figment_error(err: figment::Error) -> ConfigError {
     let problems = err

@@ -7,15 +7,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::types::{
-    Action, LogFormat, OnFailure, Pagination, SchemeName, Synchronous, VersionFormat, VersionFrom,
+    Action, LogFormat, OnFailure, Pagination, Preset, SchemeName, Synchronous, VersionFormat,
+    VersionFrom,
 };
 
 /// The file format, section by section. A key left out is `None` here; its default is
 /// in `super::defaults`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub database: RawDatabase,
@@ -26,7 +27,7 @@ pub struct RawConfig {
     pub consumers: BTreeMap<String, RawConsumer>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawDatabase {
     pub url: Option<String>,
@@ -40,7 +41,7 @@ pub struct RawDatabase {
     pub synchronous: Option<Synchronous>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawHttp {
     pub listen: Option<String>,
@@ -49,7 +50,7 @@ pub struct RawHttp {
     pub changes_token: Option<RawSecret>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawRetention {
     pub every: Option<String>,
@@ -63,7 +64,7 @@ pub struct RawRetention {
     pub changes: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawLog {
     /// `auto` (human on a terminal, JSON otherwise), `human` or `json`.
@@ -82,6 +83,26 @@ pub enum RawSecret {
     Literal(String),
 }
 
+/// Printed by `config`: references as written, a literal secret never.
+impl Serialize for RawSecret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Self::Env { env } => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("env", env)?;
+                m.end()
+            }
+            Self::File { file } => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("file", file)?;
+                m.end()
+            }
+            Self::Literal(_) => s.serialize_str("[redacted]"),
+        }
+    }
+}
+
 impl std::fmt::Debug for RawSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -92,9 +113,12 @@ impl std::fmt::Debug for RawSecret {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSource {
+    /// `stripe`, `github` or `shopify`: the sender's keys from `presets/*.toml`, under
+    /// the ones written here.
+    pub preset: Option<Preset>,
     pub retry_window: Option<String>,
     pub retention: Option<String>,
     pub requests_per_second: Option<f64>,
@@ -111,9 +135,37 @@ pub struct RawSource {
     pub reconcile: RawReconcile,
     #[serde(default)]
     pub kinds: BTreeMap<String, RawKind>,
+    pub catchup: Option<RawCatchup>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// `[sources.NAME.catchup]`: the sender's events API.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCatchup {
+    pub list: String,
+    pub pagination: Option<Pagination>,
+    pub items: Option<String>,
+    pub next_cursor: Option<String>,
+    pub cursor_param: Option<String>,
+    pub limit_param: Option<String>,
+    pub has_more: Option<String>,
+    pub starting_after_param: Option<String>,
+    /// The query parameter that lists events created at or after a time.
+    pub since_param: String,
+    /// Pointer to an event's creation time (default `/created`).
+    pub field: Option<String>,
+    /// `unix` (default) or `rfc3339`.
+    pub format: Option<VersionFormat>,
+    /// How far before the watermark each run starts again (default 5m).
+    pub overlap: Option<String>,
+    /// How long the sender keeps events (default 30d): the first run, and a run after a
+    /// long stop, start this far back, never further.
+    pub window: Option<String>,
+    pub every: Option<String>,
+    pub cron: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawWebhook {
     pub path: Option<String>,
@@ -127,7 +179,7 @@ pub struct RawWebhook {
     pub timestamp_header: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawReconcile {
     pub every: Option<String>,
@@ -153,7 +205,7 @@ pub struct RawReconcile {
     pub max_page_bytes: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKind {
     pub list: Option<String>,
@@ -190,7 +242,7 @@ pub struct RawKind {
     pub events: BTreeMap<String, RawEvent>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEvent {
     pub id: String,
@@ -200,7 +252,7 @@ pub struct RawEvent {
 }
 
 /// Incremental reconciliation of a kind: list only what changed since a watermark.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIncremental {
     /// Query parameter the list endpoint filters by, e.g. `updated_since`.
@@ -220,7 +272,7 @@ pub struct RawIncremental {
 }
 
 /// An application the change feed is pushed to.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConsumer {
     pub url: String,

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use secrecy::SecretString;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::WebhookSecret;
 
@@ -31,7 +31,7 @@ pub struct DatabaseConfig {
 }
 
 /// SQLite's durability: when a commit returns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     /// Every commit is on disk before it returns: a 2xx survives a power cut.
@@ -76,7 +76,7 @@ pub struct RetentionConfig {
 }
 
 /// What a consumer does with a change it could not deliver in `max_attempts`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
     /// Keep retrying that change (and hold back the later changes of its resource),
@@ -104,7 +104,7 @@ pub struct ConsumerConfig {
     pub on_failure: OnFailure,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human on a terminal, JSON otherwise.
@@ -137,7 +137,7 @@ pub enum Scheme {
 }
 
 /// A scheme's name as written in `webhook.scheme`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub enum SchemeName {
     #[default]
     #[serde(rename = "hmac-sha256")]
@@ -243,7 +243,7 @@ pub struct ReconcileConfig {
     pub max_page_bytes: usize,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pagination {
     /// `next_cursor` in the body, sent back as `cursor=`.
@@ -255,7 +255,7 @@ pub enum Pagination {
 }
 
 /// How a version field is turned into the integer the guard compares.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VersionFormat {
     #[default]
@@ -266,8 +266,51 @@ pub enum VersionFormat {
     Unix,
 }
 
+/// A sender whose API the daemon knows: fills a source's scheme, pagination, headers
+/// and kinds (`src/config/presets/*.toml`); keys written out win.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    Stripe,
+    Github,
+    Shopify,
+}
+
+impl Preset {
+    /// The preset's keys, as a `[sources.NAME]` table.
+    pub fn toml(self) -> &'static str {
+        match self {
+            Preset::Stripe => include_str!("presets/stripe.toml"),
+            Preset::Github => include_str!("presets/github.toml"),
+            Preset::Shopify => include_str!("presets/shopify.toml"),
+        }
+    }
+}
+
+/// Catch-up from the sender's events API: events listed since a watermark, each
+/// handled like an authentic delivery.
+#[derive(Debug, Clone)]
+pub struct CatchupConfig {
+    /// The events listing as a kind (list, pagination, items; `id` is the event's),
+    /// so the sender client pages it like any listing.
+    pub listing: KindConfig,
+    pub since_param: String,
+    /// Pointer to an event's creation time.
+    pub field: String,
+    /// `Rfc3339` or `Unix`: how `field` is read and `since_param` written.
+    pub format: VersionFormat,
+    pub overlap: Duration,
+    /// How far back the sender keeps events: no run asks for more.
+    pub window: Duration,
+    pub schedule: Option<Schedule>,
+}
+
+/// The kind name catch-up runs are recorded under (leases, runs, watermark); `$` keeps
+/// it apart from every configurable kind name.
+pub const CATCHUP_KIND: &str = "$catchup";
+
 /// Where a listed (or fetched) item's version comes from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VersionFrom {
     /// The item's `version` pointer (none: version 0, insert-once).
@@ -280,7 +323,7 @@ pub enum VersionFrom {
 }
 
 /// What an event does to its resource.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     #[default]
@@ -370,6 +413,8 @@ pub struct SourceConfig {
     pub webhook: WebhookConfig,
     pub reconcile: ReconcileConfig,
     pub kinds: Vec<KindConfig>,
+    pub catchup: Option<CatchupConfig>,
+    pub preset: Option<Preset>,
 }
 
 /// The validated configuration.

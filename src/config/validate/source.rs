@@ -77,12 +77,29 @@ pub(super) fn validate_source(
             );
         }
     }
+    let needs_base = match raw.preset {
+        Some(Preset::Github) => Some("\"https://api.github.com/repos/OWNER/REPO\""),
+        Some(Preset::Shopify) => Some("\"https://SHOP.myshopify.com/admin/api/2024-10\""),
+        _ => None,
+    };
+    if let (Some(example), None) = (needs_base, &raw.api_base) {
+        c.fail(
+            key("api_base"),
+            format!("the preset needs the account's API URL, e.g. api_base = {example}"),
+        );
+    }
     let webhook = validate_webhook(c, name, raw);
     let reconcile = validate_reconcile(c, name, raw);
 
     let mut kinds = Vec::new();
     let mut event_types: BTreeMap<&str, &str> = BTreeMap::new();
     for (kind_name, kind) in &raw.kinds {
+        if kind_name.starts_with('$') {
+            c.fail(
+                format!("sources.{name}.kinds.{kind_name}"),
+                "kind names may not start with '$' (reserved for the daemon's own runs, such as $catchup)",
+            );
+        }
         for event_type in kind.events.keys() {
             if let Some(other) = event_types.insert(event_type, kind_name) {
                 c.fail(
@@ -98,7 +115,10 @@ pub(super) fn validate_source(
             &k,
             &webhook.scheme,
         );
-        if k.list.as_deref().is_some_and(|l| !is_absolute(l)) && raw.api_base.is_none() {
+        if k.list.as_deref().is_some_and(|l| !is_absolute(l))
+            && raw.api_base.is_none()
+            && needs_base.is_none()
+        {
             c.fail(
                 key("api_base"),
                 format!(
@@ -109,6 +129,23 @@ pub(super) fn validate_source(
         }
         kinds.push(k);
     }
+
+    let catchup = raw.catchup.as_ref().map(|cu| {
+        let cu = validate_catchup(c, name, cu);
+        if cu.listing.list.as_deref().is_some_and(|l| !is_absolute(l)) && raw.api_base.is_none() {
+            c.fail(
+                key("catchup.list"),
+                "a relative path needs the source's api_base; set api_base or make the URL absolute",
+            );
+        }
+        if kinds.iter().all(|k| k.events.is_empty()) {
+            c.warn(
+                key("catchup"),
+                "no kind of this source maps any event type, so every listed event would be ignored",
+            );
+        }
+        cu
+    });
 
     (c.problems.len() == before).then(|| SourceConfig {
         name: name.to_string(),
@@ -125,7 +162,101 @@ pub(super) fn validate_source(
         webhook,
         reconcile,
         kinds,
+        catchup,
+        preset: raw.preset,
     })
+}
+
+fn validate_catchup(c: &mut Checker, source: &str, raw: &raw::RawCatchup) -> CatchupConfig {
+    let base = format!("sources.{source}.catchup");
+    let key = |k: &str| format!("{base}.{k}");
+    let format = match raw.format {
+        Some(VersionFormat::Integer) => {
+            c.fail(
+                key("format"),
+                "\"integer\" is not a timestamp format; use unix or rfc3339",
+            );
+            VersionFormat::Unix
+        }
+        Some(f) => f,
+        None => VersionFormat::Unix,
+    };
+    if raw.since_param.is_empty() {
+        c.fail(
+            key("since_param"),
+            "name the events endpoint's query parameter for \"created at or after\", e.g. \"created[gte]\"",
+        );
+    }
+    let listing = KindConfig {
+        name: CATCHUP_KIND.to_string(),
+        list: Some(raw.list.clone()),
+        pagination: raw.pagination.unwrap_or_default(),
+        items: c.pointer(
+            &key("items"),
+            raw.items.as_deref().unwrap_or(defaults::ITEMS),
+        ),
+        next_cursor: c.pointer(
+            &key("next_cursor"),
+            raw.next_cursor.as_deref().unwrap_or(defaults::NEXT_CURSOR),
+        ),
+        cursor_param: raw
+            .cursor_param
+            .clone()
+            .unwrap_or_else(|| defaults::CURSOR_PARAM.into()),
+        limit_param: raw
+            .limit_param
+            .clone()
+            .unwrap_or_else(|| defaults::LIMIT_PARAM.into()),
+        has_more: c.pointer(
+            &key("has_more"),
+            raw.has_more.as_deref().unwrap_or(defaults::HAS_MORE),
+        ),
+        starting_after_param: raw
+            .starting_after_param
+            .clone()
+            .unwrap_or_else(|| defaults::STARTING_AFTER_PARAM.into()),
+        // An event's own id: Stripe-style pagination continues after it.
+        id: "/id".into(),
+        version: None,
+        version_format: VersionFormat::Integer,
+        version_from: VersionFrom::Item,
+        state: String::new(),
+        get: None,
+        get_item: String::new(),
+        allowed_origins: Vec::new(),
+        max_delete_fraction: 0.0,
+        detect_deletes: false,
+        incremental: None,
+        events: BTreeMap::new(),
+    };
+    let window = c.opt_duration(
+        &key("window"),
+        raw.window.as_deref(),
+        defaults::CATCHUP_WINDOW,
+    );
+    let overlap = c.opt_duration(
+        &key("overlap"),
+        raw.overlap.as_deref(),
+        defaults::INCREMENTAL_OVERLAP,
+    );
+    if overlap >= window {
+        c.fail(
+            key("overlap"),
+            "must be shorter than window (how long the sender keeps events)",
+        );
+    }
+    CatchupConfig {
+        listing,
+        since_param: raw.since_param.clone(),
+        field: c.pointer(
+            &key("field"),
+            raw.field.as_deref().unwrap_or(defaults::CATCHUP_FIELD),
+        ),
+        format,
+        overlap,
+        window,
+        schedule: validate_schedule(c, &key, raw.every.as_ref(), raw.cron.as_ref()),
+    }
 }
 
 /// Mappings that validate but cannot work as meant: `check-config` prints them, `serve`
@@ -273,34 +404,7 @@ fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConf
 fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> ReconcileConfig {
     let key = |k: &str| format!("sources.{name}.reconcile.{k}");
     let r = &raw.reconcile;
-    let schedule = match (&r.every, &r.cron) {
-        (Some(_), Some(_)) => {
-            c.fail(key("cron"), "set either `every` or `cron`, not both");
-            None
-        }
-        (Some(every), None) => match c.duration(&key("every"), every) {
-            Some(d) => match every_to_cron(d) {
-                Ok(_) => Some(Schedule::Every(d)),
-                Err(e) => {
-                    c.fail(key("every"), e);
-                    None
-                }
-            },
-            None => None,
-        },
-        (None, Some(cron)) => {
-            if cron.split_whitespace().count() != 6 {
-                c.fail(
-                    key("cron"),
-                    format!(
-                        "{cron:?} must have 6 fields (sec min hour day month weekday, in UTC), e.g. \"0 */5 * * * *\""
-                    ),
-                );
-            }
-            Some(Schedule::Cron(cron.clone()))
-        }
-        (None, None) => None,
-    };
+    let schedule = validate_schedule(c, &key, r.every.as_ref(), r.cron.as_ref());
     let page_size = r.page_size.unwrap_or(defaults::PAGE_SIZE);
     if page_size == 0 || page_size > defaults::MAX_PAGE_SIZE {
         c.fail(
@@ -361,6 +465,43 @@ fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> Reconcile
                 .as_deref()
                 .unwrap_or(defaults::MAX_PAGE_BYTES),
         ),
+    }
+}
+
+/// `every` or `cron` of a schedule; keys are named by `key`.
+fn validate_schedule(
+    c: &mut Checker,
+    key: &dyn Fn(&str) -> String,
+    every: Option<&String>,
+    cron: Option<&String>,
+) -> Option<Schedule> {
+    match (every, cron) {
+        (Some(_), Some(_)) => {
+            c.fail(key("cron"), "set either `every` or `cron`, not both");
+            None
+        }
+        (Some(every), None) => match c.duration(&key("every"), every) {
+            Some(d) => match every_to_cron(d) {
+                Ok(_) => Some(Schedule::Every(d)),
+                Err(e) => {
+                    c.fail(key("every"), e);
+                    None
+                }
+            },
+            None => None,
+        },
+        (None, Some(cron)) => {
+            if cron.split_whitespace().count() != 6 {
+                c.fail(
+                    key("cron"),
+                    format!(
+                        "{cron:?} must have 6 fields (sec min hour day month weekday, in UTC), e.g. \"0 */5 * * * *\""
+                    ),
+                );
+            }
+            Some(Schedule::Cron(cron.clone()))
+        }
+        (None, None) => None,
     }
 }
 

@@ -79,7 +79,20 @@ pub async fn freshness(db: &Db, config: &Config) -> Result<Vec<KindFreshness>, D
                 Some(Schedule::Every(d)) => Some(*d * 3),
                 _ => None,
             });
-        for kind in source.kinds.iter().filter(|k| k.list.is_some()) {
+        for kind in source
+            .kinds
+            .iter()
+            .chain(source.catchup.as_ref().map(|c| &c.listing))
+            .filter(|k| k.list.is_some())
+        {
+            let stale_after = if kind.name == crate::config::CATCHUP_KIND {
+                match source.schedule_of(&kind.name) {
+                    Some(Schedule::Every(d)) => Some(*d * 3),
+                    _ => None,
+                }
+            } else {
+                stale_after
+            };
             let age = ages
                 .iter()
                 .find(|a| a.source == source.name && a.kind == kind.name)

@@ -417,6 +417,17 @@ pub struct SourceConfig {
     pub preset: Option<Preset>,
 }
 
+impl SourceConfig {
+    /// When `kind` (a kind's name, or [`CATCHUP_KIND`]) runs under `serve`.
+    pub fn schedule_of(&self, kind: &str) -> Option<&Schedule> {
+        if kind == CATCHUP_KIND {
+            self.catchup.as_ref().and_then(|c| c.schedule.as_ref())
+        } else {
+            self.reconcile.schedule.as_ref()
+        }
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {

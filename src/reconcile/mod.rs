@@ -14,6 +14,7 @@
 //! webhooks), and never overwrites a row that is newer locally. A run that cannot
 //! finish is `failed`, never `succeeded`.
 
+mod catchup;
 pub mod compare;
 mod deletes;
 mod plan;
@@ -137,6 +138,8 @@ pub struct Reconciler {
     store: Store,
     book: Bookkeeping,
     senders: Arc<Vec<Sender>>,
+    /// Per source: the webhook path's mapping, claim and write, for catch-up events.
+    receivers: Arc<Vec<crate::webhook::Receiver>>,
 }
 
 impl Reconciler {
@@ -147,11 +150,17 @@ impl Reconciler {
             .iter()
             .map(Sender::new)
             .collect::<anyhow::Result<Vec<_>>>()?;
+        let receivers = config
+            .sources
+            .iter()
+            .map(|s| crate::webhook::Receiver::new(s, store.clone()))
+            .collect();
         Ok(Self {
             config,
             store,
             book,
             senders: Arc::new(senders),
+            receivers: Arc::new(receivers),
         })
     }
 
@@ -159,7 +168,8 @@ impl Reconciler {
         &self.config
     }
 
-    /// The (source, kind) pairs that have a list endpoint, filtered by name.
+    /// The (source, kind) pairs that have a list endpoint, filtered by name; a source's
+    /// catch-up is one of them, named `$catchup` (`config::CATCHUP_KIND`).
     pub fn kinds(
         &self,
         source: Option<&str>,
@@ -169,7 +179,12 @@ impl Reconciler {
             .sources
             .iter()
             .filter(|s| source.is_none_or(|n| n == s.name))
-            .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
+            .flat_map(|s| {
+                s.kinds
+                    .iter()
+                    .chain(s.catchup.as_ref().map(|c| &c.listing))
+                    .map(move |k| (s, k))
+            })
             .filter(|(_, k)| kind.is_none_or(|n| n == k.name))
             .filter(|(_, k)| k.list.is_some())
             .collect()

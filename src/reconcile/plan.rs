@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Mode, Reconciler, RunError};
-use crate::config::{KindConfig, SourceConfig, VersionFormat};
+use crate::config::{CATCHUP_KIND, CatchupConfig, KindConfig, SourceConfig, VersionFormat};
 use crate::db::DbTime;
 use crate::sender::Next;
 
@@ -28,6 +28,9 @@ impl Reconciler {
         kind: &KindConfig,
         dry_run: bool,
     ) -> Result<Plan, RunError> {
+        if let (Some(catchup), true) = (&source.catchup, kind.name == CATCHUP_KIND) {
+            return self.plan_catchup(source, catchup).await;
+        }
         let full_every = kind
             .incremental
             .as_ref()
@@ -74,6 +77,36 @@ impl Reconciler {
                 resumed: false,
                 since: None,
             },
+        })
+    }
+}
+
+impl Reconciler {
+    /// Catch-up lists the events created since the watermark minus the overlap, never
+    /// further back than the sender keeps them (`window`): the whole window the first
+    /// time, and after a stop longer than the window.
+    async fn plan_catchup(
+        &self,
+        source: &SourceConfig,
+        catchup: &CatchupConfig,
+    ) -> Result<Plan, RunError> {
+        let position = self
+            .book
+            .sweep_position(&source.name, CATCHUP_KIND, Duration::ZERO)
+            .await?;
+        let now = position.now;
+        let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        let oldest = now.0.timestamp_micros().saturating_sub(micros(catchup.window));
+        let since = position
+            .state
+            .watermark
+            .map_or(oldest, |w| w.saturating_sub(micros(catchup.overlap)).max(oldest));
+        Ok(Plan {
+            mode: Mode::Incremental,
+            at: None,
+            sweep_started: now,
+            resumed: false,
+            since: Some(format_since(since, catchup.format)),
         })
     }
 }

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::bookkeeping::{Lease, RunId};
 use crate::change::Change;
-use crate::config::{KindConfig, SourceConfig};
+use crate::config::{CATCHUP_KIND, KindConfig, SourceConfig};
 use crate::db::ErrorClass;
 use crate::db::sql::RunState;
 use crate::sender::{Next, SenderError};
@@ -178,6 +178,18 @@ impl Reconciler {
             guard.visit(&page.url, page.next.as_ref())?;
             if page.next.is_some() {
                 pending = Some(fetch(page.next.clone()));
+            }
+            if kind.name == CATCHUP_KIND {
+                let ids = page.items.iter().filter_map(|i| i.get("id")?.as_str());
+                guard.same_items_as_before(&page.url, ids)?;
+                self.catchup_page(run, &page.url, page.items, run_id, &mut watermark)
+                    .await?;
+                (run.progress)(&run.report.counts);
+                at = page.next;
+                if at.is_none() {
+                    break;
+                }
+                continue;
             }
             // An item that cannot be read is reported and skipped; the rest of the page
             // and the run go on (one bad item must not wedge the kind).
@@ -383,7 +395,7 @@ struct Listed {
 
 impl Run<'_> {
     /// Reports and counts a listed item that could not be read or stored.
-    fn skip(&mut self, url: &str, index: usize, id: Option<&str>, reason: &str) {
+    pub(super) fn skip(&mut self, url: &str, index: usize, id: Option<&str>, reason: &str) {
         let id = id.map_or_else(|| "(unreadable)".to_string(), |id| format!("{id:?}"));
         let line = format!("{url} item {index} (id {id}): {reason}");
         if self.report.skipped.len() < DRY_RUN_EXAMPLES {

@@ -46,6 +46,12 @@ pub struct HeaderIds<'a> {
 pub fn parse(body: &[u8], headers: HeaderIds<'_>) -> Result<Envelope, EnvelopeError> {
     let doc: Value =
         serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+    from_value(doc, headers)
+}
+
+/// [`parse`] for an envelope already read as JSON (an event listed by the sender's
+/// events API).
+pub fn from_value(doc: Value, headers: HeaderIds<'_>) -> Result<Envelope, EnvelopeError> {
     let obj = doc.as_object().ok_or(EnvelopeError::NotObject)?;
     if let Some((id_header, type_header)) = headers.only {
         let from_header = |value: Option<&str>, name: &'static str, field: &'static str| {

@@ -197,6 +197,23 @@ impl Receiver {
     ) -> Result<(Outcome, String), Rejection> {
         self.verifier.verify(headers, body, now)?;
         let env = envelope::parse(body, self.header_ids(headers))?;
+        let id = env.id.clone();
+        let (outcome, key) = self.accept(env, body).await?;
+        if let (Outcome::Conflict, Some(tx), Some(key)) = (outcome, &self.conflicts, key) {
+            // A full queue drops the request: the next reconcile resolves it anyway.
+            let _ = tx.try_send(key);
+        }
+        Ok((outcome, id))
+    }
+
+    /// Applies an authentic event (a verified delivery, or one listed by the sender's
+    /// events API): mapping, claim, guarded write; an event that cannot be read or
+    /// stored is kept as a dead letter. Returns the outcome and the resource, if mapped.
+    pub async fn accept(
+        &self,
+        env: envelope::Envelope,
+        body: &[u8],
+    ) -> Result<(Outcome, Option<ResourceKey>), Rejection> {
         let change = match self.mapping(&env) {
             None => None,
             Some(m) => match m.change(&self.source, &env) {
@@ -214,14 +231,9 @@ impl Receiver {
                 change,
             })
             .await;
-        let outcome = match applied {
-            Ok(outcome) => outcome,
-            Err(e) => return Err(self.database_refused(e, env, body).await),
-        };
-        if let (Outcome::Conflict, Some(tx), Some(key)) = (outcome, &self.conflicts, key) {
-            // A full queue drops the request: the next reconcile resolves it anyway.
-            let _ = tx.try_send(key);
+        match applied {
+            Ok(outcome) => Ok((outcome, key)),
+            Err(e) => Err(self.database_refused(e, env, body).await),
         }
-        Ok((outcome, env.id))
     }
 }

@@ -226,6 +226,7 @@ fn validate_catchup(c: &mut Checker, source: &str, raw: &raw::RawCatchup) -> Cat
         allowed_origins: Vec::new(),
         max_delete_fraction: 0.0,
         detect_deletes: false,
+        // Filled below: the generic sweep filters by it and keeps the watermark.
         incremental: None,
         events: BTreeMap::new(),
     };
@@ -245,13 +246,23 @@ fn validate_catchup(c: &mut Checker, source: &str, raw: &raw::RawCatchup) -> Cat
             "must be shorter than window (how long the sender keeps events)",
         );
     }
+    let field = c.pointer(
+        &key("field"),
+        raw.field.as_deref().unwrap_or(defaults::CATCHUP_FIELD),
+    );
+    let mut listing = listing;
+    listing.incremental = Some(IncrementalConfig {
+        param: raw.since_param.clone(),
+        field: field.clone(),
+        format,
+        overlap,
+        // Never a full sweep: an events listing without a filter is the whole window.
+        full_every: Duration::from_secs(100 * 365 * 86_400),
+    });
     CatchupConfig {
         listing,
         since_param: raw.since_param.clone(),
-        field: c.pointer(
-            &key("field"),
-            raw.field.as_deref().unwrap_or(defaults::CATCHUP_FIELD),
-        ),
+        field,
         format,
         overlap,
         window,

@@ -151,6 +151,17 @@ fn with_presets(figment: Figment) -> Result<Figment, ConfigError> {
     #[derive(serde::Deserialize)]
     struct OnlyPreset {
         preset: Option<Preset>,
+        #[serde(default)]
+        reconcile: Schedules,
+        #[serde(default)]
+        catchup: Schedules,
+    }
+    /// Which way a schedule is written: the preset's other way is dropped, since
+    /// `every` and `cron` exclude each other.
+    #[derive(serde::Deserialize, Default)]
+    struct Schedules {
+        every: Option<toml::Value>,
+        cron: Option<toml::Value>,
     }
     let found: Sources = figment.extract().map_err(figment_error)?;
     let mut base = Figment::new();
@@ -158,12 +169,25 @@ fn with_presets(figment: Figment) -> Result<Figment, ConfigError> {
         let Some(preset) = source.preset else {
             continue;
         };
-        let table: toml::Table = toml::from_str(preset.toml()).map_err(|e| {
+        let mut table: toml::Table = toml::from_str(preset.toml()).map_err(|e| {
             ConfigError::one(
                 format!("sources.{name}.preset"),
                 format!("built-in preset does not parse: {e}"),
             )
         })?;
+        for (section, written) in [
+            ("reconcile", &source.reconcile),
+            ("catchup", &source.catchup),
+        ] {
+            let other = match (&written.every, &written.cron) {
+                (Some(_), None) => "cron",
+                (None, Some(_)) => "every",
+                _ => continue,
+            };
+            if let Some(t) = table.get_mut(section).and_then(|t| t.as_table_mut()) {
+                t.remove(other);
+            }
+        }
         let nested = toml::Table::from_iter([(
             "sources".to_string(),
             toml::Value::Table(toml::Table::from_iter([(name, toml::Value::Table(table))])),

@@ -74,7 +74,8 @@ impl Reconciler {
         let mut conflicts = Vec::new();
         let mut failure = None;
         while let Some(joined) = events.join_next().await {
-            let (index, event_id, result) = joined.map_err(|e| RunError::FetchTask(e.to_string()))?;
+            let (index, event_id, result) =
+                joined.map_err(|e| RunError::FetchTask(e.to_string()))?;
             let counts = &mut run.report.counts;
             match result {
                 Ok((Outcome::Applied, _)) => counts.applied += 1,
@@ -104,7 +105,13 @@ impl Reconciler {
             .await??;
         for key in conflicts {
             if let Err(e) = self.resolve(&key.source, &key.kind, &key.id).await {
-                tracing::warn!(source, kind = key.kind, id = key.id, error = e, "could not settle a conflicting event through get; the next reconcile will");
+                tracing::warn!(
+                    source,
+                    kind = key.kind,
+                    id = key.id,
+                    error = e,
+                    "could not settle a conflicting event through get; the next reconcile will"
+                );
             }
         }
         Ok(())

@@ -96,11 +96,13 @@ impl Reconciler {
             .await?;
         let now = position.now;
         let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-        let oldest = now.0.timestamp_micros().saturating_sub(micros(catchup.window));
-        let since = position
-            .state
-            .watermark
-            .map_or(oldest, |w| w.saturating_sub(micros(catchup.overlap)).max(oldest));
+        let oldest = now
+            .0
+            .timestamp_micros()
+            .saturating_sub(micros(catchup.window));
+        let since = position.state.watermark.map_or(oldest, |w| {
+            w.saturating_sub(micros(catchup.overlap)).max(oldest)
+        });
         Ok(Plan {
             mode: Mode::Incremental,
             at: None,

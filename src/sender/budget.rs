@@ -124,7 +124,8 @@ impl Budget {
         }
         if let Some((used, size)) = get("x-shopify-shop-api-call-limit").and_then(parse_call_limit)
         {
-            let margin = (size / 10).max(2);
+            // Requests of other kinds may be on their way already: keep a fifth free.
+            let margin = (size / 5).max(3);
             if used + margin >= size {
                 let excess = (used + margin + 1 - size) as f64;
                 let drain = Duration::from_secs_f64(excess / SHOPIFY_LEAK_PER_SECOND);

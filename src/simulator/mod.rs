@@ -7,6 +7,7 @@
 //! sender would, apart from the daemon's `http` module.
 
 pub mod deliver;
+pub mod providers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

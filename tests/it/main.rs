@@ -16,6 +16,7 @@ mod operations;
 mod process;
 mod properties;
 mod reconcile;
+mod senders;
 mod store;
 mod tie_rule;
 mod webhook_http;

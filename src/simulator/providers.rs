@@ -1,0 +1,732 @@
+//! Simulated real senders: Stripe-, GitHub- and Shopify-shaped APIs on 127.0.0.1, as
+//! their public API references describe them — payloads (Stripe's event envelope with
+//! `data.object`, `created`, `livemode`; GitHub's `issue.updated_at`; Shopify's bare
+//! resources and topics), pagination (Stripe `has_more` / `starting_after`, GitHub and
+//! Shopify `Link` with `page` / `page_info`), a `Date` header from a clock the test
+//! controls, and their rate-limit headers and refusals. Each change also yields the
+//! webhook the provider would send for it, signed its way.
+//!
+//! Like `simulator`, this is the sender's side (its own axum server), not ours.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::webhook::verify::sign;
+
+/// Which provider's API is simulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    Stripe,
+    Github,
+    Shopify,
+}
+
+/// GitHub's repository path and Shopify's API version prefix, as served.
+pub const GITHUB_REPO: &str = "/repos/acme/shop";
+pub const SHOPIFY_PREFIX: &str = "/admin/api/2024-10";
+
+/// A webhook as the provider sends it: headers (signature included) and raw body.
+#[derive(Debug, Clone)]
+pub struct Webhook {
+    pub event_id: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// GitHub's request quota: `limit` requests per `window` seconds.
+#[derive(Debug, Clone, Copy)]
+struct Quota {
+    limit: u64,
+    window: u64,
+    used: u64,
+    reset: u64,
+}
+
+/// Shopify's leaky bucket.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    size: f64,
+    leak_per_second: f64,
+    level: f64,
+    at: Instant,
+}
+
+struct World {
+    provider: Provider,
+    secret: Vec<u8>,
+    /// Collection (`customers`, `issues`, `orders`) -> sort key -> object.
+    objects: BTreeMap<String, BTreeMap<String, Value>>,
+    /// Stripe's events, oldest first.
+    events: Vec<Value>,
+    /// The sender's clock, frozen at this unix second when set.
+    clock: Option<i64>,
+    counter: u64,
+    quota: Option<Quota>,
+    bucket: Option<Bucket>,
+    list_requests: u64,
+    get_requests: u64,
+    /// Requests refused for the rate limit (403 / 429).
+    refused: u64,
+    /// The credential header of every request.
+    credentials: Vec<Option<String>>,
+}
+
+/// The running simulated provider. Dropping it stops the server.
+pub struct ProviderSim {
+    pub addr: SocketAddr,
+    world: Arc<Mutex<World>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ProviderSim {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn lock(world: &Mutex<World>) -> std::sync::MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn real_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+impl World {
+    fn now(&self) -> i64 {
+        self.clock.unwrap_or_else(real_now)
+    }
+
+    /// Objects are paged in key order; numeric ids are padded so that order is theirs.
+    fn key(&self, id: &str) -> String {
+        match self.provider {
+            Provider::Stripe => id.to_string(),
+            _ => format!("{id:0>20}"),
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+}
+
+/// RFC 9110 IMF-fixdate.
+fn http_date(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string()
+}
+
+fn rfc3339(secs: i64) -> String {
+    chrono::DateTime::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Stripe's singular object name, and the event type prefix, of a collection.
+fn stripe_object(collection: &str) -> &str {
+    match collection {
+        "payment_intents" => "payment_intent",
+        other => other.strip_suffix('s').unwrap_or(other),
+    }
+}
+
+impl ProviderSim {
+    /// Starts serving `provider` on 127.0.0.1; webhooks are signed with `secret`.
+    pub async fn start(provider: Provider, secret: &str) -> std::io::Result<ProviderSim> {
+        let world = Arc::new(Mutex::new(World {
+            provider,
+            secret: secret.as_bytes().to_vec(),
+            objects: BTreeMap::new(),
+            events: Vec::new(),
+            clock: None,
+            counter: 0,
+            quota: None,
+            bucket: None,
+            list_requests: 0,
+            get_requests: 0,
+            refused: 0,
+            credentials: Vec::new(),
+        }));
+        let app = Router::new().fallback(serve).with_state(world.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(ProviderSim {
+            addr,
+            world,
+            server,
+        })
+    }
+
+    /// The `api_base` to configure.
+    pub fn api_base(&self) -> String {
+        let prefix = match lock(&self.world).provider {
+            Provider::Stripe => "",
+            Provider::Github => GITHUB_REPO,
+            Provider::Shopify => SHOPIFY_PREFIX,
+        };
+        format!("http://{}{prefix}", self.addr)
+    }
+
+    /// Freezes the sender's clock at `secs` (its `Date` headers, event times), or lets
+    /// it follow real time (`None`).
+    pub fn set_clock(&self, secs: Option<i64>) {
+        lock(&self.world).clock = secs;
+    }
+
+    /// GitHub: `limit` requests per `window_secs`, then 403 until the reset.
+    pub fn set_quota(&self, limit: u64, window_secs: u64) {
+        lock(&self.world).quota = Some(Quota {
+            limit,
+            window: window_secs,
+            used: 0,
+            reset: real_now() as u64 + window_secs,
+        });
+    }
+
+    /// Shopify: a bucket of `size` calls draining `leak_per_second`, then 429.
+    pub fn set_bucket(&self, size: u64, leak_per_second: f64) {
+        lock(&self.world).bucket = Some(Bucket {
+            size: size as f64,
+            leak_per_second,
+            level: 0.0,
+            at: Instant::now(),
+        });
+    }
+
+    /// Creates or changes an object and returns the webhook the provider sends for it.
+    /// `what` is Stripe's event type (`customer.updated`), GitHub's action (`edited`)
+    /// or Shopify's topic (`orders/updated`).
+    pub fn change(&self, collection: &str, id: &str, fields: Value, what: &str) -> Webhook {
+        let mut w = lock(&self.world);
+        let now = w.now();
+        let key = w.key(id);
+        let mut object = w
+            .objects
+            .get(collection)
+            .and_then(|c| c.get(&key))
+            .cloned()
+            .unwrap_or_else(|| new_object(w.provider, collection, id, now));
+        if let (Some(o), Some(f)) = (object.as_object_mut(), fields.as_object()) {
+            for (k, v) in f {
+                o.insert(k.clone(), v.clone());
+            }
+        }
+        match w.provider {
+            Provider::Stripe => {}
+            Provider::Github => object["updated_at"] = json!(rfc3339(now)),
+            Provider::Shopify => object["updated_at"] = json!(rfc3339(now)),
+        }
+        w.objects
+            .entry(collection.to_string())
+            .or_default()
+            .insert(key, object.clone());
+        let n = w.next();
+        let secret = w.secret.clone();
+        match w.provider {
+            Provider::Stripe => {
+                let event = json!({
+                    "id": format!("evt_{n:024}"),
+                    "object": "event",
+                    "api_version": "2024-06-20",
+                    "created": now,
+                    "data": {"object": object},
+                    "livemode": false,
+                    "pending_webhooks": 1,
+                    "request": {"id": format!("req_{n}"), "idempotency_key": null},
+                    "type": what,
+                });
+                w.events.push(event.clone());
+                let body = event.to_string();
+                let signature = sign::stripe(&secret, real_now(), body.as_bytes());
+                Webhook {
+                    event_id: format!("evt_{n:024}"),
+                    headers: vec![("Stripe-Signature".into(), signature)],
+                    body,
+                }
+            }
+            Provider::Github => {
+                let (event, field) = match collection {
+                    "pulls" => ("pull_request", "pull_request"),
+                    _ => ("issues", "issue"),
+                };
+                let body = json!({
+                    "action": what,
+                    field: object,
+                    "repository": {"id": 1296269, "full_name": "acme/shop"},
+                    "sender": {"login": "octocat", "id": 1},
+                })
+                .to_string();
+                let delivery = format!("72d3162e-cc78-11e3-81ab-{n:012x}");
+                Webhook {
+                    event_id: delivery.clone(),
+                    headers: vec![
+                        ("X-GitHub-Event".into(), event.into()),
+                        ("X-GitHub-Delivery".into(), delivery),
+                        (
+                            "X-Hub-Signature-256".into(),
+                            sign::github(&secret, body.as_bytes()),
+                        ),
+                    ],
+                    body,
+                }
+            }
+            Provider::Shopify => {
+                let body = object.to_string();
+                let webhook_id = format!("b54557e4-bdd9-4b37-8a5f-{n:012x}");
+                Webhook {
+                    event_id: webhook_id.clone(),
+                    headers: vec![
+                        ("X-Shopify-Topic".into(), what.into()),
+                        ("X-Shopify-Webhook-Id".into(), webhook_id),
+                        ("X-Shopify-Shop-Domain".into(), "acme.myshopify.com".into()),
+                        ("X-Shopify-API-Version".into(), "2024-10".into()),
+                        (
+                            "X-Shopify-Hmac-Sha256".into(),
+                            sign::shopify(&secret, body.as_bytes()),
+                        ),
+                    ],
+                    body,
+                }
+            }
+        }
+    }
+
+    /// Removes an object (deleted at the sender), without a webhook.
+    pub fn remove(&self, collection: &str, id: &str) {
+        let mut w = lock(&self.world);
+        let key = w.key(id);
+        if let Some(c) = w.objects.get_mut(collection) {
+            c.remove(&key);
+        }
+    }
+
+    /// A collection's objects as served, by id.
+    pub fn objects(&self, collection: &str) -> BTreeMap<String, Value> {
+        let w = lock(&self.world);
+        let id_of = |o: &Value| match w.provider {
+            Provider::Github => o["number"].to_string(),
+            _ => match &o["id"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            },
+        };
+        w.objects
+            .get(collection)
+            .map(|c| c.values().map(|o| (id_of(o), o.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn list_requests(&self) -> u64 {
+        lock(&self.world).list_requests
+    }
+
+    pub fn get_requests(&self) -> u64 {
+        lock(&self.world).get_requests
+    }
+
+    /// Requests the simulated provider refused for its rate limit.
+    pub fn refused(&self) -> u64 {
+        lock(&self.world).refused
+    }
+
+    /// The credential header (`Authorization`, or Shopify's access token) of every
+    /// request.
+    pub fn credentials(&self) -> Vec<Option<String>> {
+        lock(&self.world).credentials.clone()
+    }
+}
+
+fn new_object(provider: Provider, collection: &str, id: &str, now: i64) -> Value {
+    match provider {
+        Provider::Stripe => json!({
+            "id": id,
+            "object": stripe_object(collection),
+            "created": now,
+            "livemode": false,
+            "metadata": {},
+        }),
+        Provider::Github => {
+            let number: u64 = id.parse().unwrap_or(0);
+            json!({
+                "id": 1_347_000_000 + number,
+                "node_id": format!("MDU6SXNzdWUx{number}"),
+                "number": number,
+                "state": "open",
+                "created_at": rfc3339(now),
+                "updated_at": rfc3339(now),
+                "user": {"login": "octocat", "id": 1},
+            })
+        }
+        Provider::Shopify => {
+            let number: u64 = id.parse().unwrap_or(0);
+            json!({
+                "id": number,
+                "admin_graphql_api_id": format!("gid://shopify/{}/{number}", collection),
+                "created_at": rfc3339(now),
+                "updated_at": rfc3339(now),
+            })
+        }
+    }
+}
+
+async fn serve(
+    State(world): State<Arc<Mutex<World>>>,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let mut w = lock(&world);
+    let credential = match w.provider {
+        Provider::Shopify => headers.get("X-Shopify-Access-Token"),
+        _ => headers.get(header::AUTHORIZATION),
+    }
+    .and_then(|v| v.to_str().ok())
+    .map(String::from);
+    w.credentials.push(credential);
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    let mut extra: Vec<(&'static str, String)> = Vec::new();
+    if let Some(refusal) = rate_limit(&mut w, &mut extra) {
+        return with_headers(refusal, &w, &extra);
+    }
+    let path = uri.path().to_string();
+    let response = match w.provider {
+        Provider::Stripe => stripe(&mut w, &path, &q),
+        Provider::Github => github(&mut w, &path, &q, &host),
+        Provider::Shopify => shopify(&mut w, &path, &q, &host),
+    };
+    with_headers(response, &w, &extra)
+}
+
+fn with_headers(mut r: Response, w: &World, extra: &[(&'static str, String)]) -> Response {
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&http_date(w.now())) {
+        h.insert(header::DATE, v);
+    }
+    for (k, v) in extra {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(*k, v);
+        }
+    }
+    r
+}
+
+/// Counts the request against the provider's limit; a refusal when it is spent.
+fn rate_limit(w: &mut World, extra: &mut Vec<(&'static str, String)>) -> Option<Response> {
+    if let Some(q) = &mut w.quota {
+        let now = real_now() as u64;
+        if now >= q.reset {
+            q.used = 0;
+            q.reset = now + q.window;
+        }
+        let refused = q.used >= q.limit;
+        if !refused {
+            q.used += 1;
+        }
+        extra.push(("x-ratelimit-limit", q.limit.to_string()));
+        extra.push(("x-ratelimit-remaining", (q.limit - q.used).to_string()));
+        extra.push(("x-ratelimit-reset", q.reset.to_string()));
+        extra.push(("x-ratelimit-used", q.used.to_string()));
+        extra.push(("x-ratelimit-resource", "core".into()));
+        if refused {
+            w.refused += 1;
+            return Some(
+                (
+                    StatusCode::FORBIDDEN,
+                    axum::Json(json!({"message": "API rate limit exceeded for installation ID 1.", "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"})),
+                )
+                    .into_response(),
+            );
+        }
+    }
+    if let Some(b) = &mut w.bucket {
+        let elapsed = b.at.elapsed().as_secs_f64();
+        b.level = (b.level - elapsed * b.leak_per_second).max(0.0);
+        b.at = Instant::now();
+        if b.level + 1.0 > b.size {
+            w.refused += 1;
+            let mut r = (
+                StatusCode::TOO_MANY_REQUESTS,
+                axum::Json(json!({"errors": "Exceeded 2 calls per second for api client. Reduce request rates to resume uninterrupted service."})),
+            )
+                .into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2.0"));
+            return Some(r);
+        }
+        b.level += 1.0;
+        extra.push((
+            "x-shopify-shop-api-call-limit",
+            format!("{}/{}", b.level.ceil() as u64, b.size as u64),
+        ));
+    }
+    None
+}
+
+fn not_found(body: Value) -> Response {
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
+fn limit(q: &HashMap<String, String>, name: &str, default: usize, max: usize) -> usize {
+    q.get(name)
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(default)
+        .clamp(1, max)
+}
+
+fn stripe(w: &mut World, path: &str, q: &HashMap<String, String>) -> Response {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let missing = || {
+        not_found(
+            json!({"error": {"type": "invalid_request_error", "code": "resource_missing", "message": "No such object"}}),
+        )
+    };
+    match parts.as_slice() {
+        ["v1", "events"] => {
+            w.list_requests += 1;
+            let since: i64 = q
+                .get("created[gte]")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            // Newest first, as Stripe lists them.
+            let newest_first: Vec<&Value> = w
+                .events
+                .iter()
+                .rev()
+                .filter(|e| e["created"].as_i64().unwrap_or(0) >= since)
+                .collect();
+            let start = match q.get("starting_after") {
+                Some(after) => match newest_first.iter().position(|e| e["id"] == **after) {
+                    Some(i) => i + 1,
+                    None => return missing(),
+                },
+                None => 0,
+            };
+            let n = limit(q, "limit", 10, 100);
+            let page: Vec<Value> = newest_first
+                .iter()
+                .skip(start)
+                .take(n)
+                .map(|e| (*e).clone())
+                .collect();
+            let has_more = start + page.len() < newest_first.len();
+            axum::Json(
+                json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": page}),
+            )
+            .into_response()
+        }
+        ["v1", collection] => {
+            w.list_requests += 1;
+            let Some(objects) = w.objects.get(*collection) else {
+                return axum::Json(
+                    json!({"object": "list", "url": path, "has_more": false, "data": []}),
+                )
+                .into_response();
+            };
+            let n = limit(q, "limit", 10, 100);
+            let iter: Box<dyn Iterator<Item = &Value>> = match q.get("starting_after") {
+                Some(after) => Box::new(
+                    objects
+                        .range::<str, _>((
+                            std::ops::Bound::Excluded(after.as_str()),
+                            std::ops::Bound::Unbounded,
+                        ))
+                        .map(|(_, v)| v),
+                ),
+                None => Box::new(objects.values()),
+            };
+            let mut iter = iter.peekable();
+            let page: Vec<Value> = iter.by_ref().take(n).cloned().collect();
+            let has_more = iter.peek().is_some();
+            axum::Json(json!({"object": "list", "url": path, "has_more": has_more, "data": page}))
+                .into_response()
+        }
+        ["v1", collection, id] => {
+            w.get_requests += 1;
+            match w.objects.get(*collection).and_then(|c| c.get(*id)) {
+                Some(o) => axum::Json(o.clone()).into_response(),
+                None => missing(),
+            }
+        }
+        _ => missing(),
+    }
+}
+
+fn github(w: &mut World, path: &str, q: &HashMap<String, String>, host: &str) -> Response {
+    let missing = || {
+        not_found(
+            json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}),
+        )
+    };
+    let Some(rest) = path.strip_prefix(GITHUB_REPO) else {
+        return missing();
+    };
+    let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        [collection] => {
+            w.list_requests += 1;
+            let since = q.get("since").cloned().unwrap_or_default();
+            let mut items: Vec<&Value> = w
+                .objects
+                .get(*collection)
+                .map(|c| c.values().collect())
+                .unwrap_or_default();
+            items.retain(|o| o["updated_at"].as_str().unwrap_or("") >= since.as_str());
+            // sort=updated&direction=desc, ties by number.
+            items.sort_by(|a, b| {
+                (b["updated_at"].as_str(), b["number"].as_u64())
+                    .cmp(&(a["updated_at"].as_str(), a["number"].as_u64()))
+            });
+            let per_page = limit(q, "per_page", 30, 100);
+            let page_no: usize = q
+                .get("page")
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(1)
+                .max(1);
+            let page: Vec<Value> = items
+                .iter()
+                .skip((page_no - 1) * per_page)
+                .take(per_page)
+                .map(|v| (*v).clone())
+                .collect();
+            let last = items.len().div_ceil(per_page).max(1);
+            let mut r = axum::Json(Value::Array(page)).into_response();
+            let link_to = |p: usize| {
+                let mut params: Vec<(String, String)> = q
+                    .iter()
+                    .filter(|(k, _)| *k != "page")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                params.sort();
+                params.push(("page".into(), p.to_string()));
+                let query = url::form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(params)
+                    .finish();
+                format!("<http://{host}{path}?{query}>")
+            };
+            if page_no < last {
+                let link = format!(
+                    "{}; rel=\"next\", {}; rel=\"last\"",
+                    link_to(page_no + 1),
+                    link_to(last)
+                );
+                if let Ok(v) = HeaderValue::from_str(&link) {
+                    r.headers_mut().insert(header::LINK, v);
+                }
+            }
+            r
+        }
+        [collection, number] => {
+            w.get_requests += 1;
+            let key = w.key(number);
+            match w.objects.get(*collection).and_then(|c| c.get(&key)) {
+                Some(o) => axum::Json(o.clone()).into_response(),
+                None => missing(),
+            }
+        }
+        _ => missing(),
+    }
+}
+
+fn shopify(w: &mut World, path: &str, q: &HashMap<String, String>, host: &str) -> Response {
+    let missing = || not_found(json!({"errors": "Not Found"}));
+    let Some(rest) = path.strip_prefix(SHOPIFY_PREFIX) else {
+        return missing();
+    };
+    let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        [file] if file.ends_with(".json") => {
+            w.list_requests += 1;
+            let collection = file.trim_end_matches(".json");
+            let after = match q.get("page_info") {
+                Some(info) => {
+                    // Shopify refuses filters next to page_info: the link carries them.
+                    if q.keys().any(|k| k != "page_info" && k != "limit") {
+                        return (
+                            StatusCode::BAD_REQUEST,
+                            axum::Json(json!({"errors": {"page_info": ["page_info cannot be passed with other parameters"]}})),
+                        )
+                            .into_response();
+                    }
+                    match base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(info)
+                        .ok()
+                        .and_then(|b| String::from_utf8(b).ok())
+                    {
+                        Some(key) => Some(key),
+                        None => {
+                            return (
+                                StatusCode::BAD_REQUEST,
+                                axum::Json(json!({"errors": {"page_info": ["Invalid value."]}})),
+                            )
+                                .into_response();
+                        }
+                    }
+                }
+                None => None,
+            };
+            let empty = BTreeMap::new();
+            let objects = w.objects.get(collection).unwrap_or(&empty);
+            let n = limit(q, "limit", 50, 250);
+            let iter: Box<dyn Iterator<Item = (&String, &Value)>> = match &after {
+                Some(a) => Box::new(objects.range::<str, _>((
+                    std::ops::Bound::Excluded(a.as_str()),
+                    std::ops::Bound::Unbounded,
+                ))),
+                None => Box::new(objects.iter()),
+            };
+            let mut iter = iter.peekable();
+            let page: Vec<(&String, &Value)> = iter.by_ref().take(n).collect();
+            let more = iter.peek().is_some();
+            let last_key = page.last().map(|(k, _)| (*k).clone());
+            let items: Vec<Value> = page.into_iter().map(|(_, v)| v.clone()).collect();
+            let mut r = axum::Json(json!({ collection: items })).into_response();
+            let mut links = Vec::new();
+            if after.is_some() {
+                links.push(format!(
+                    "<http://{host}{path}?limit={n}&page_info=cHJldmlvdXM>; rel=\"previous\""
+                ));
+            }
+            if let (true, Some(k)) = (more, last_key) {
+                let info = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k);
+                links.push(format!(
+                    "<http://{host}{path}?limit={n}&page_info={info}>; rel=\"next\""
+                ));
+            }
+            if !links.is_empty() {
+                if let Ok(v) = HeaderValue::from_str(&links.join(", ")) {
+                    r.headers_mut().insert(header::LINK, v);
+                }
+            }
+            r
+        }
+        [collection, file] if file.ends_with(".json") => {
+            w.get_requests += 1;
+            let key = w.key(file.trim_end_matches(".json"));
+            let singular = collection.strip_suffix('s').unwrap_or(collection);
+            match w.objects.get(*collection).and_then(|c| c.get(&key)) {
+                Some(o) => axum::Json(json!({ singular: o })).into_response(),
+                None => missing(),
+            }
+        }
+        _ => missing(),
+    }
+}

@@ -545,3 +545,27 @@ pub fn response_date(value: Option<&str>) -> Result<i64, String> {
     }
     Ok(micros)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_date_is_whole_seconds_in_microseconds_and_its_absence_is_explained() {
+        assert_eq!(
+            response_date(Some("Sun, 06 Nov 1994 08:49:37 GMT")),
+            Ok(784_111_777_000_000)
+        );
+        let missing = response_date(None).unwrap_err();
+        assert!(
+            missing.contains("no Date header") && missing.contains("response_date"),
+            "{missing}"
+        );
+        let garbage = response_date(Some("yesterday")).unwrap_err();
+        assert!(
+            garbage.contains("\"yesterday\" is not an HTTP date"),
+            "{garbage}"
+        );
+        assert!(response_date(Some("Thu, 01 Jan 1900 00:00:00 GMT")).is_err());
+    }
+}

@@ -256,3 +256,73 @@ fn a_database_password_in_the_url_query_never_shows_in_any_output() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("S3cr3tPw"), "{err}");
 }
+
+#[test]
+fn config_prints_the_preset_merged_under_written_keys_with_secrets_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        "[database]\nurl = \"postgres://app:db-pass-123@127.0.0.1/x\"\n\
+         [sources.stripe]\npreset = \"stripe\"\napi_token = \"sk_live_do_not_print\"\n\
+         [sources.stripe.webhook]\nsecrets = [\"whsec_do_not_print\"]\n\
+         [sources.stripe.kinds.customer]\nget = \"/v1/customers/{id}?expand[]=tax\"\n",
+    );
+    let out = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("config")
+        .env(
+            "WEBHOOK_RECONCILER__SOURCES__STRIPE__REQUESTS_PER_SECOND",
+            "7",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let printed: toml::Table = toml::from_str(&text).unwrap();
+    let stripe = &printed["sources"]["stripe"];
+    assert_eq!(
+        stripe["webhook"]["scheme"].as_str(),
+        Some("stripe"),
+        "from the preset"
+    );
+    assert_eq!(
+        stripe["requests_per_second"]
+            .as_integer()
+            .or(stripe["requests_per_second"].as_float().map(|f| f as i64)),
+        Some(7),
+        "the environment wins"
+    );
+    assert_eq!(
+        stripe["kinds"]["customer"]["get"].as_str(),
+        Some("/v1/customers/{id}?expand[]=tax"),
+        "the file wins"
+    );
+    assert_eq!(
+        stripe["kinds"]["customer"]["version_from"].as_str(),
+        Some("response_date")
+    );
+    assert!(
+        stripe["kinds"]["refund"]["events"]
+            .get("refund.created")
+            .is_some()
+    );
+    for secret in ["db-pass-123", "sk_live_do_not_print", "whsec_do_not_print"] {
+        assert!(!text.contains(secret), "{secret} printed:\n{text}");
+    }
+    // An invalid configuration is refused as by every other command.
+    let bad = write_config(dir.path(), "[sources.s]\npreset = \"paypal\"\n");
+    let out = bin()
+        .arg("--config")
+        .arg(&bad)
+        .arg("config")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sources.s.preset"));
+}

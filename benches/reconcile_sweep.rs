@@ -1,33 +1,42 @@
-//! Reconcile benchmark: a listing of N items served by the simulated sender (computed,
-//! not stored, so the sender costs no memory), a local table already holding them but
-//! for 1% drift (0.5% missing, 0.5% older), and the real binary running
-//! `reconcile --json` against it. Prints items/s and the reconcile process's peak RSS,
-//! and checks that exactly the drifted items were applied.
+//! Reconcile benchmark, like with like. A listing of N orders of ~200 bytes each (id,
+//! version, status, amount, currency, customer, lines, updated_at) is served by a
+//! separate process (this benchmark re-run with `--serve-sender N`: the simulated
+//! sender, items computed from their index), so the sender costs the reconciler neither
+//! CPU nor memory. Per backend and size:
 //!
-//!   cargo bench --bench reconcile_sweep                              # 100k and 1M, both backends
-//!   cargo bench --bench reconcile_sweep -- --sizes 100000 --backend postgres
+//! 1. initial load: the real binary's `reconcile --json` into an empty table (all
+//!    missing) — the product writes every row, digests included;
+//! 2. 1% drift: the sender bumps every 200th item (offset 100) to version 2 and the
+//!    local table loses every 200th row;
+//! 3. the measured run: `reconcile --json` again, under `/usr/bin/time` (its `%M` is
+//!    `wait4`'s `ru_maxrss`: the peak RSS), then the database is checked: N rows, every
+//!    version equal to the sender's;
+//! 4. PostgreSQL alone doing the same per-page SQL work (read the page's 1,000 rows by
+//!    id, then one transaction upserting its ~10 drifted rows) with 1 and with 2
+//!    clients, over the same table, in the same invocation; the ratio is printed.
+//!
+//!   cargo bench --bench reconcile_sweep                                   # 100k and 1M, both backends
+//!   cargo bench --bench reconcile_sweep -- --sizes 10000000 --backend postgres   # 10M, opt-in
 //!
 //! PostgreSQL server: $WR_TEST_PG (default postgres://postgres@127.0.0.1:5432).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
 
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection, SqliteConnection};
+use diesel::sql_types::{BigInt, Text};
+use diesel::{Connection, PgConnection, RunQueryDsl, SqliteConnection};
 use webhook_reconciler::config::Backend;
 use webhook_reconciler::simulator::{Generated, SimSender, Style};
 
-const PAGE_SIZE: u32 = 1000;
+const PAGE_SIZE: u64 = 1000;
 
 fn pg_server() -> String {
     std::env::var("WR_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-/// Sender's version of item i: 2 for the 0.5% drifted "newer at the sender", else 1.
-fn sender_version(i: u64) -> i64 {
-    if i % 200 == 100 { 2 } else { 1 }
 }
 
 fn binary() -> std::path::PathBuf {
@@ -35,34 +44,82 @@ fn binary() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_BIN_EXE_webhook-reconciler"))
 }
 
-/// The local table: every item at version 1 with the sender's state, except every
-/// 200th (missing). Items `i % 200 == 100` are version 2 at the sender: 1% drift.
-fn seed(backend: Backend, url: &str, n: u64) {
-    match backend {
-        Backend::Postgres => {
-            let mut c = PgConnection::establish(url).unwrap();
-            c.batch_execute(&format!(
-                "INSERT INTO resources (source, kind, id, version, state, origin) \
-                 SELECT 'bench', 'item', 'g' || lpad(i::text, 10, '0'), 1, \
-                        jsonb_build_object('amount', i % 10000, 'id', 'g' || lpad(i::text, 10, '0'), 'status', 'active', 'version', 1), 'reconcile' \
-                 FROM generate_series(0, {}) AS i WHERE i % 200 <> 0; ANALYZE resources;",
-                n - 1
-            ))
-            .unwrap();
+/// The sender process: serves N generated items until its stdin closes; the line
+/// `drift` switches every 200th item (offset 100) to version 2.
+fn serve_sender(n: u64) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let drift = Arc::new(AtomicBool::new(false));
+    let d = drift.clone();
+    let sim = rt.block_on(SimSender::start()).unwrap();
+    sim.add_generated_kind(
+        "items",
+        Style::Cursor,
+        Generated {
+            count: n,
+            version_of: Arc::new(move |i| {
+                if d.load(Ordering::Relaxed) && i % 200 == 100 {
+                    2
+                } else {
+                    1
+                }
+            }),
+        },
+    );
+    println!("{}", sim.base_url());
+    std::io::stdout().flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        if line.unwrap().trim() == "drift" {
+            drift.store(true, Ordering::Relaxed);
+            println!("ok");
+            std::io::stdout().flush().unwrap();
         }
-        Backend::Sqlite => {
-            let mut c = SqliteConnection::establish(url.trim_start_matches("sqlite://")).unwrap();
-            c.batch_execute(&format!(
-                "PRAGMA busy_timeout = 10000; \
-                 WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {}) \
-                 INSERT INTO resources (source, kind, id, version, state, origin) \
-                 SELECT 'bench', 'item', printf('g%010d', i), 1, \
-                        json_object('amount', i % 10000, 'id', printf('g%010d', i), 'status', 'active', 'version', 1), 'reconcile' \
-                 FROM s WHERE i % 200 <> 0; ANALYZE;",
-                n - 1
-            ))
+    }
+    drop(sim);
+}
+
+struct SenderProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    base: String,
+}
+
+impl SenderProcess {
+    fn start(n: u64) -> SenderProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--serve-sender", &n.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
             .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut base = String::new();
+        stdout.read_line(&mut base).unwrap();
+        SenderProcess {
+            child,
+            stdin,
+            stdout,
+            base: base.trim().to_string(),
         }
+    }
+
+    fn drift(&mut self) {
+        writeln!(self.stdin, "drift").unwrap();
+        let mut ok = String::new();
+        self.stdout.read_line(&mut ok).unwrap();
+        assert_eq!(ok.trim(), "ok");
+    }
+}
+
+impl Drop for SenderProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -87,21 +144,180 @@ version = "/version"
     )
 }
 
-/// Peak resident set of a running process, in KiB (VmHWM only grows, so the last
-/// reading before exit is the peak).
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
+/// What one `reconcile --json` run did.
+struct Run {
+    scanned: u64,
+    applied: u64,
+    seconds: f64,
+    peak_kib: Option<u64>,
+    ok: bool,
+}
+
+/// Runs `reconcile --json`; the peak RSS comes from GNU time (`wait4`'s `ru_maxrss`)
+/// when /usr/bin/time exists.
+fn reconcile(cfg: &std::path::Path, dir: &std::path::Path) -> Run {
+    let rss_file = dir.join("rss.txt");
+    let gnu_time = std::path::Path::new("/usr/bin/time").exists();
+    let mut cmd = if gnu_time {
+        let mut c = Command::new("/usr/bin/time");
+        c.arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(binary());
+        c
+    } else {
+        Command::new(binary())
+    };
+    let out = cmd
+        .arg("--config")
+        .arg(cfg)
+        .args(["reconcile", "--json"])
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let r = &report[0];
+    Run {
+        scanned: r["counts"]["scanned"].as_u64().unwrap_or(0),
+        applied: r["counts"]["applied"].as_u64().unwrap_or(0),
+        seconds: r["seconds"].as_f64().unwrap_or(f64::NAN),
+        peak_kib: std::fs::read_to_string(&rss_file)
+            .ok()
+            .and_then(|s| s.trim().lines().last()?.trim().parse().ok()),
+        ok: out.status.success(),
+    }
+}
+
+enum Db {
+    Pg(PgConnection),
+    Lite(SqliteConnection),
+}
+
+impl Db {
+    fn open(backend: Backend, url: &str) -> Db {
+        match backend {
+            Backend::Postgres => Db::Pg(PgConnection::establish(url).unwrap()),
+            Backend::Sqlite => {
+                let mut c =
+                    SqliteConnection::establish(url.trim_start_matches("sqlite://")).unwrap();
+                c.batch_execute("PRAGMA busy_timeout = 10000").unwrap();
+                Db::Lite(c)
+            }
+        }
+    }
+
+    fn execute(&mut self, sql: &str) {
+        match self {
+            Db::Pg(c) => c.batch_execute(sql).unwrap(),
+            Db::Lite(c) => c.batch_execute(sql).unwrap(),
+        }
+    }
+
+    fn scalar(&mut self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct V {
+            #[diesel(sql_type = BigInt)]
+            v: i64,
+        }
+        let q = diesel::sql_query(sql);
+        match self {
+            Db::Pg(c) => q.get_result::<V>(c).unwrap().v,
+            Db::Lite(c) => q.get_result::<V>(c).unwrap().v,
+        }
+    }
+}
+
+/// The sender's index of an id `g0000000042`, in SQL.
+const INDEX: &str = "CAST(substr(id, 2) AS BIGINT)";
+
+/// Rows that are not what the sender lists: missing, extra, or at another version.
+fn wrong_rows(db: &mut Db, n: u64) -> i64 {
+    let count = db.scalar("SELECT COUNT(*) AS v FROM resources WHERE source = 'bench' AND kind = 'item' AND NOT deleted");
+    let wrong_version = db.scalar(&format!(
+        "SELECT COUNT(*) AS v FROM resources WHERE source = 'bench' AND kind = 'item' \
+         AND version <> CASE WHEN {INDEX} % 200 = 100 THEN 2 ELSE 1 END"
+    ));
+    (count - n as i64).abs() + wrong_version
+}
+
+/// PostgreSQL alone doing the reconcile's per-page SQL work over pages `[0, n)` in
+/// steps of 1,000, `clients` connections each taking every `clients`-th page: read the
+/// page's rows by id (as `db::sql::stored_rows` does), then one transaction upserting
+/// its drifted rows (every 100th) at `version`. Returns items/s.
+fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
+    #[derive(diesel::QueryableByName)]
+    #[allow(dead_code)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        id: String,
+        #[diesel(sql_type = BigInt)]
+        version: i64,
+        #[diesel(sql_type = Text)]
+        state: String,
+    }
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for client in 0..clients {
+            s.spawn(move || {
+                let mut c = PgConnection::establish(url).unwrap();
+                let mut page = client;
+                while page * PAGE_SIZE < n {
+                    let first = page * PAGE_SIZE;
+                    let last = (first + PAGE_SIZE).min(n);
+                    let ids: Vec<String> = (first..last).map(Generated::id_of).collect();
+                    let placeholders: Vec<String> =
+                        (0..ids.len()).map(|i| format!("${}", i + 3)).collect();
+                    let sql = format!(
+                        "SELECT id, version, state::text AS state FROM resources WHERE source = $1 AND kind = $2 AND id IN ({})",
+                        placeholders.join(",")
+                    );
+                    let mut q = diesel::sql_query(sql)
+                        .into_boxed()
+                        .bind::<Text, _>("bench")
+                        .bind::<Text, _>("item");
+                    for id in &ids {
+                        q = q.bind::<Text, _>(id.clone());
+                    }
+                    let rows: Vec<Row> = q.load(&mut c).unwrap();
+                    assert!(rows.len() as u64 >= (last - first) * 99 / 100);
+                    let drifted: Vec<u64> = (first..last).filter(|i| i % 100 == 0).collect();
+                    let values: Vec<String> = (0..drifted.len())
+                        .map(|r| format!("('bench', 'item', ${}, {version}, ${}::jsonb, 'reconcile')", 2 * r + 1, 2 * r + 2))
+                        .collect();
+                    let sql = format!(
+                        "INSERT INTO resources (source, kind, id, version, state, origin) VALUES {} \
+                         ON CONFLICT (source, kind, id) DO UPDATE SET version = excluded.version, state = excluded.state, \
+                         origin = excluded.origin, updated_at = now() WHERE resources.version < excluded.version",
+                        values.join(",")
+                    );
+                    c.transaction::<_, diesel::result::Error, _>(|c| {
+                        let mut q = diesel::sql_query(sql).into_boxed();
+                        for i in &drifted {
+                            q = q
+                                .bind::<Text, _>(Generated::id_of(*i))
+                                .bind::<Text, _>(Generated::item(*i, version).to_string());
+                        }
+                        q.execute(c)?;
+                        Ok(())
+                    })
+                    .unwrap();
+                    page += clients;
+                }
+            });
+        }
+    });
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map_or("?".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
 }
 
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(w) = argv.windows(2).find(|w| w[0] == "--serve-sender") {
+        serve_sender(w[1].parse().unwrap());
+        return;
+    }
     let mut backends = vec![Backend::Postgres, Backend::Sqlite];
     let mut sizes = vec![100_000u64, 1_000_000];
-    let argv: Vec<String> = std::env::args().collect();
     for w in argv.windows(2) {
         match w[0].as_str() {
             "--backend" => {
@@ -126,26 +342,14 @@ fn main() {
         "{} not built; run `cargo build --release` first",
         bin.display()
     );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     println!(
-        "reconcile sweep: 1% drift (0.5% missing, 0.5% newer at the sender), page size {PAGE_SIZE}"
+        "reconcile sweep: items of ~{} bytes served by a separate process, page size {PAGE_SIZE}, 1% drift (0.5% missing here, 0.5% newer at the sender)",
+        Generated::item(42, 1).to_string().len()
     );
     let mut ok = true;
     for backend in &backends {
         for &n in &sizes {
-            let sim = rt.block_on(SimSender::start()).unwrap();
-            sim.add_generated_kind(
-                "items",
-                Style::Cursor,
-                Generated {
-                    count: n,
-                    version_of: Arc::new(sender_version),
-                },
-            );
+            let mut sender = SenderProcess::start(n);
             let dir = tempfile::tempdir().unwrap();
             let (url, pg_name) = match backend {
                 Backend::Postgres => {
@@ -163,7 +367,7 @@ fn main() {
                 ),
             };
             let cfg = dir.path().join("config.toml");
-            std::fs::write(&cfg, config(&url, &sim.base_url())).unwrap();
+            std::fs::write(&cfg, config(&url, &sender.base)).unwrap();
             let st = Command::new(&bin)
                 .arg("--config")
                 .arg(&cfg)
@@ -175,56 +379,48 @@ fn main() {
                 "{}",
                 String::from_utf8_lossy(&st.stderr)
             );
-            let t = Instant::now();
-            seed(*backend, &url, n);
-            let seeded = t.elapsed();
-
-            let started = Instant::now();
-            let mut child = Command::new(&bin)
-                .arg("--config")
-                .arg(&cfg)
-                .args(["reconcile", "--json"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap();
-            let pid = child.id();
-            let mut peak = 0;
-            // Sample while it runs; the process's own stdout is read at the end.
-            let status = loop {
-                if let Some(kib) = vm_hwm_kib(pid) {
-                    peak = peak.max(kib);
-                }
-                if let Some(s) = child.try_wait().unwrap() {
-                    break s;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let wall = started.elapsed();
-            let mut out = String::new();
-            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-            let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-            let r = &report[0];
-            let scanned = r["counts"]["scanned"].as_u64().unwrap_or(0);
-            let applied = r["counts"]["applied"].as_u64().unwrap_or(0);
-            let seconds = r["seconds"].as_f64().unwrap_or(f64::NAN);
+            let load = reconcile(&cfg, dir.path());
+            let load_ok = load.ok && load.applied == n;
+            // The drift: the sender moves on, the local table loses rows.
+            sender.drift();
+            let mut db = Db::open(*backend, &url);
+            db.execute(&format!(
+                "DELETE FROM resources WHERE source = 'bench' AND kind = 'item' AND {INDEX} % 200 = 0"
+            ));
+            db.execute(match backend {
+                Backend::Postgres => "VACUUM ANALYZE resources",
+                Backend::Sqlite => "ANALYZE",
+            });
+            let run = reconcile(&cfg, dir.path());
             let expected = n / 100;
-            let right = status.success() && scanned == n && applied == expected;
+            let wrong = wrong_rows(&mut db, n);
+            let right =
+                load_ok && run.ok && run.scanned == n && run.applied == expected && wrong == 0;
             ok &= right;
+            let ours = run.scanned as f64 / run.seconds;
             println!(
-                "{:<9} {:>8} items: {:>8.0} items/s  ({:.2}s in the run, {:.2}s wall)  peak RSS {:>6.1} MiB  applied {} (expected {}){}  [seeding took {:.1}s]",
+                "{:<9} {:>9} items: initial load {:>7.0} items/s (peak RSS {}); 1% drift {:>7.0} items/s ({:.2}s, peak RSS {}), applied {} of {expected}, rows not as the sender lists: {wrong}{}",
                 format!("{backend:?}"),
                 n,
-                scanned as f64 / seconds,
-                seconds,
-                wall.as_secs_f64(),
-                peak as f64 / 1024.0,
-                applied,
-                expected,
+                load.scanned as f64 / load.seconds,
+                mib(load.peak_kib),
+                ours,
+                run.seconds,
+                mib(run.peak_kib),
+                run.applied,
                 if right { "" } else { "  WRONG" },
-                seeded.as_secs_f64()
             );
-            if let Some(name) = pg_name {
+            if let Some(name) = &pg_name {
+                let one = pg_alone(&url, n, 1, 3);
+                let two = pg_alone(&url, n, 2, 4);
+                println!(
+                    "{:<9} {:>9} items: PostgreSQL alone, same per-page SQL: {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients",
+                    "",
+                    n,
+                    100.0 * ours / one,
+                    100.0 * ours / two
+                );
+                drop(db);
                 if let Ok(mut admin) = PgConnection::establish(&format!("{}/test", pg_server())) {
                     let _ = admin
                         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
@@ -233,7 +429,9 @@ fn main() {
         }
     }
     if !ok {
-        eprintln!("reconcile benchmark: a run did not apply exactly the drift");
+        eprintln!(
+            "reconcile benchmark: a run did not apply exactly the drift, or the table is not as the sender lists"
+        );
         std::process::exit(1);
     }
 }

@@ -262,6 +262,17 @@ pub fn read_state(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
     Ok(canonical_json(v))
 }
 
+/// The digest of a state's canonical text that `resources.state_digest` holds: the first
+/// 8 bytes of its SHA-256. Equal digests stand for equal states (a collision needs
+/// 2^32 states of one resource to become likely).
+pub fn state_digest(canonical: &str) -> i64 {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(canonical.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    i64::from_be_bytes(first)
+}
+
 /// serde_json's map is ordered by key, so serialising a parsed value is canonical.
 pub fn canonical_json(v: &Value) -> String {
     v.to_string()

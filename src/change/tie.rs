@@ -26,7 +26,10 @@ pub enum Guard {
 pub struct Stored<'a> {
     pub version: i64,
     pub deleted: bool,
+    /// `None` when only the digest was read.
     pub state: Option<&'a str>,
+    /// [`super::state_digest`] of the stored state, when the row has one.
+    pub digest: Option<i64>,
 }
 
 /// How an incoming state relates to the stored row.
@@ -57,15 +60,22 @@ pub fn relation(stored: Option<Stored<'_>>, incoming: &Change) -> Relation {
         return Relation::NewerStored;
     }
     let same_deletion = stored.deleted == (incoming.action == Action::Delete);
-    let same_state = match (incoming.state.as_deref(), stored.state) {
-        (None, _) => true,
-        (Some(a), Some(b)) => a == b || json_equal(a, b),
-        (Some(_), None) => false,
-    };
-    if same_deletion && same_state {
+    if same_deletion && same_state(stored, incoming) {
         Relation::Equal
     } else {
         Relation::Differing
+    }
+}
+
+/// Whether `incoming` carries the stored state (a delete without state says nothing
+/// about it, so it does): by digest when the row has one, else by JSON value.
+pub fn same_state(stored: Stored<'_>, incoming: &Change) -> bool {
+    match (incoming.state.as_deref(), stored.digest, stored.state) {
+        (None, _, _) => true,
+        // The digest is over the canonical text, which the incoming state is.
+        (Some(a), Some(digest), _) => super::state_digest(a) == digest,
+        (Some(a), None, Some(b)) => a == b || json_equal(a, b),
+        (Some(_), None, None) => false,
     }
 }
 
@@ -247,6 +257,7 @@ mod tests {
             let (name, want) = (case.name, case.relation);
             let incoming = case.incoming("s", "k", "1");
             let stored = case.stored.map(|(version, deleted, state)| Stored {
+                digest: None,
                 version,
                 deleted,
                 state,

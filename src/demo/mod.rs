@@ -377,7 +377,7 @@ async fn diverged(
                 let mut rows = Vec::new();
                 for chunk in ids.chunks(sql::MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::stored_rows(c, "shop", &k, &refs)?);
+                    rows.extend(sql::stored_rows_with_states(c, "shop", &k, &refs)?);
                 }
                 Ok(rows)
             })

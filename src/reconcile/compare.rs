@@ -66,11 +66,7 @@ pub fn compare_page(
         let mut ambiguous = false;
         if fetch_time {
             let same_state = stored.is_some_and(|s| {
-                !s.deleted
-                    && match (&s.state, &item.state) {
-                        (Some(a), Some(b)) => a == b || crate::change::tie::json_equal(a, b),
-                        _ => false,
-                    }
+                !s.deleted && item.state.is_some() && crate::change::tie::same_state(s.view(), item)
             });
             (v, ambiguous) = by_fetch_time(v, same_state);
         }
@@ -113,6 +109,7 @@ mod tests {
             version,
             deleted,
             state: Some(state.into()),
+            digest: None,
         }
     }
 
@@ -194,6 +191,24 @@ mod tests {
             "same second, other state: settled through get"
         );
         assert_eq!((counts.equal, counts.newer_local), (1, 1));
+    }
+
+    #[test]
+    fn a_row_read_with_its_digest_only_compares_by_digest() {
+        let a = r#"{"s":"a"}"#;
+        let with_digest = |id: &str, state: &str| StoredRow {
+            id: id.into(),
+            version: 2,
+            deleted: false,
+            state: None,
+            digest: Some(crate::change::state_digest(state)),
+        };
+        let local_rows = vec![with_digest("same", a), with_digest("other", r#"{"s":"b"}"#)];
+        let items = vec![remote("same", 2, a), remote("other", 2, a)];
+        let mut counts = RunCounts::default();
+        let v = compare_page(&items, &local_rows, false, &mut counts);
+        assert_eq!(v.write, vec![1]);
+        assert_eq!((counts.equal, counts.differing), (1, 1));
     }
 
     #[test]

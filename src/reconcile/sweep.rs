@@ -18,7 +18,7 @@ use crate::bookkeeping::{Lease, RunId};
 use crate::change::Change;
 use crate::config::{CATCHUP_KIND, KindConfig, SourceConfig};
 use crate::db::ErrorClass;
-use crate::db::sql::RunState;
+use crate::db::sql::{RunState, StoredRow};
 use crate::sender::{Next, SenderError};
 
 /// How many ids a dry run lists as examples.
@@ -144,7 +144,6 @@ impl Reconciler {
         let mut seen = SeenIds::default();
         let mut unreadable_ids = false;
         let mut watermark: Option<i64> = None;
-        let pointers = item_pointers(kind);
         let filter: Option<(String, String)> = match (&kind.incremental, since) {
             (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
             _ => None,
@@ -152,11 +151,30 @@ impl Reconciler {
         // The next page is fetched while the current one is compared and written, so
         // the sender's latency and our database work overlap; two pages at most are in
         // memory.
+        // The next page is fetched, read into changes, and its local rows read while
+        // the current one is compared and written: the sender's latency, our parsing
+        // and the database's read overlap the write (two pages at most in memory). A
+        // read taken before the current page's commit may miss that commit; the guarded
+        // write re-checks in SQL, so the compare can only propose, never regress.
         let fetch = |at: Option<Next>| {
             let (sender, kind, filter) = (sender.clone(), kind.clone(), filter.clone());
+            let (store, source) = (self.store.clone(), source.name.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
                 let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
-                sender.list_page(&kind, at.as_ref(), f).await
+                let mut page = sender.list_page(&kind, at.as_ref(), f).await?;
+                if kind.name == CATCHUP_KIND {
+                    return Ok((page, Vec::new(), Vec::new()));
+                }
+                let read = read_items(&source, &kind, std::mem::take(&mut page.items), page.date);
+                let ids: Vec<String> = read
+                    .iter()
+                    .filter_map(|r| match r {
+                        ReadItem::Read { change, .. } => Some(change.id.clone()),
+                        ReadItem::Unreadable { .. } => None,
+                    })
+                    .collect();
+                let local = store.stored_rows(&source, &kind.name, ids).await?;
+                Ok::<_, RunError>((page, read, local))
             }))
         };
         let mut guard = ProgressGuard::new(at.as_ref());
@@ -170,7 +188,7 @@ impl Reconciler {
             let Some(fetching) = pending.take() else {
                 break;
             };
-            let page = fetching
+            let (page, read, local) = fetching
                 .await
                 .map_err(|e| RunError::FetchTask(e.to_string()))??;
             // Checked before the next page is even requested, and before this page's
@@ -193,42 +211,31 @@ impl Reconciler {
             }
             // An item that cannot be read is reported and skipped; the rest of the page
             // and the run go on (one bad item must not wedge the kind).
-            let mut changes: Vec<Listed> = Vec::with_capacity(page.items.len());
-            for (index, item) in page.items.iter().enumerate() {
-                let read = pointers
-                    .read(item, &source.name, &kind.name)
-                    .map(|mut c| {
-                        if let Some(date) = page.date {
-                            c.version = date;
-                        }
-                        c
-                    })
-                    .and_then(|c| match &kind.incremental {
-                        Some(inc) => crate::change::read_version(item, &inc.field, inc.format)
-                            .map(|t| (c, Some(t))),
-                        None => Ok((c, None)),
-                    });
-                match read {
-                    Ok((change, modified)) => {
+            let mut changes: Vec<Listed> = Vec::with_capacity(read.len());
+            for item in read {
+                match item {
+                    ReadItem::Read {
+                        index,
+                        change,
+                        modified,
+                    } => {
                         if let Some(t) = modified {
                             watermark = Some(watermark.map_or(t, |w| w.max(t)));
                         }
                         changes.push(Listed { index, change });
                     }
-                    Err(e) => {
+                    ReadItem::Unreadable { index, id, reason } => {
                         // A skipped item still counts as listed for deletion detection;
                         // one without a readable id could be any row, so this sweep
                         // then detects no deletions.
-                        let id = crate::change::read_id(item, &kind.id).ok();
                         match &id {
                             Some(id) => seen.insert(id),
                             None => unreadable_ids = true,
                         }
-                        run.skip(&page.url, index, id.as_deref(), &e.to_string());
+                        run.skip(&page.url, index, id.as_deref(), &reason);
                     }
                 }
             }
-            drop(page.items);
             guard.same_items_as_before(&page.url, changes.iter().map(|l| l.change.id.as_str()))?;
             if detect {
                 for l in &changes {
@@ -242,7 +249,7 @@ impl Reconciler {
                 .as_ref()
                 .filter(|_| mode == Mode::Full)
                 .map(|n| (n.encode(), sweep_started));
-            self.page(run, &page.url, changes, run_id, resume_at)
+            self.page(run, &page.url, changes, local, run_id, resume_at)
                 .await?;
             (run.progress)(&run.report.counts);
             if at.is_none() {
@@ -281,14 +288,13 @@ impl Reconciler {
         run: &mut Run<'_>,
         url: &str,
         listed: Vec<Listed>,
+        local: Vec<StoredRow>,
         run_id: Option<RunId>,
         resume_at: Option<(String, crate::db::DbTime)>,
     ) -> Result<(), RunError> {
         let (source, kind) = (&run.source.name, &run.kind.name);
         let (indexes, changes): (Vec<usize>, Vec<Change>) =
             listed.into_iter().map(|l| (l.index, l.change)).unzip();
-        let ids: Vec<String> = changes.iter().map(|c| c.id.clone()).collect();
-        let local = self.store.stored_rows(source, kind, ids).await?;
         // The counts become the run's only once the page is committed.
         let mut counts = run.report.counts;
         let fetch_time = run.kind.by_fetch_time();
@@ -385,6 +391,63 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// A listed item, read in the fetch task.
+enum ReadItem {
+    Read {
+        index: usize,
+        change: Change,
+        /// The item's last-modified time, for an incremental kind's watermark.
+        modified: Option<i64>,
+    },
+    Unreadable {
+        index: usize,
+        id: Option<String>,
+        reason: String,
+    },
+}
+
+/// Reads a page's items with the kind's pointers (versioned by the response's `date`
+/// for a kind versioned by fetch time).
+fn read_items(
+    source: &str,
+    kind: &KindConfig,
+    items: Vec<serde_json::Value>,
+    date: Option<i64>,
+) -> Vec<ReadItem> {
+    let pointers = item_pointers(kind);
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let read = pointers
+                .read(&item, source, &kind.name)
+                .map(|mut c| {
+                    if let Some(date) = date {
+                        c.version = date;
+                    }
+                    c
+                })
+                .and_then(|c| match &kind.incremental {
+                    Some(inc) => crate::change::read_version(&item, &inc.field, inc.format)
+                        .map(|t| (c, Some(t))),
+                    None => Ok((c, None)),
+                });
+            match read {
+                Ok((change, modified)) => ReadItem::Read {
+                    index,
+                    change,
+                    modified,
+                },
+                Err(e) => ReadItem::Unreadable {
+                    index,
+                    id: crate::change::read_id(&item, &kind.id).ok(),
+                    reason: e.to_string(),
+                },
+            }
+        })
+        .collect()
 }
 
 /// A listed item read as a change, with its index in the page (for reports).

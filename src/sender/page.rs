@@ -58,9 +58,13 @@ pub fn parse_page(
     body: &[u8],
     links: &[&str],
 ) -> Result<Page, String> {
-    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("page is not JSON: {e}"))?;
-    let items = match doc.pointer(&kind.items) {
-        Some(Value::Array(items)) => items.clone(),
+    let mut doc: Value =
+        serde_json::from_slice(body).map_err(|e| format!("page is not JSON: {e}"))?;
+    // The cursor and has_more are read before the items are moved out of the page.
+    let next_cursor = doc.pointer(&kind.next_cursor).cloned();
+    let has_more = doc.pointer(&kind.has_more).cloned();
+    let items = match doc.pointer_mut(&kind.items).map(Value::take) {
+        Some(Value::Array(items)) => items,
         Some(_) => return Err(format!("items pointer {:?} is not an array", kind.items)),
         None => {
             return Err(format!(
@@ -70,7 +74,7 @@ pub fn parse_page(
         }
     };
     let next = match kind.pagination {
-        Pagination::Cursor => match doc.pointer(&kind.next_cursor) {
+        Pagination::Cursor => match next_cursor.as_ref() {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) if s.is_empty() => None,
             Some(Value::String(s)) => Some(Next::Cursor(s.clone())),
@@ -85,7 +89,7 @@ pub fn parse_page(
         Pagination::Link => super::link::next_target(links.iter().copied())
             .map_err(|e| e.to_string())?
             .map(Next::Url),
-        Pagination::Stripe => match doc.pointer(&kind.has_more) {
+        Pagination::Stripe => match has_more.as_ref() {
             Some(Value::Bool(true)) => {
                 let last = items
                     .last()

@@ -51,6 +51,21 @@ impl Generated {
         format!("g{i:010}")
     }
 
+    /// Item `i` at `version`: an order of about 200 bytes, as senders list them.
+    pub fn item(i: u64, version: i64) -> Value {
+        let status = ["pending", "paid", "shipped", "delivered"][(i % 4) as usize];
+        json!({
+            "id": Generated::id_of(i),
+            "version": version,
+            "status": status,
+            "amount": 1000 + i % 90_000,
+            "currency": "eur",
+            "customer": format!("cus_{:08}", i % 50_000),
+            "lines": [{"sku": format!("sku_{:05}", i % 997), "qty": 1 + i % 3, "price": 1299}],
+            "updated_at": "2026-11-30T10:00:00Z",
+        })
+    }
+
     fn index_of(id: &str) -> Option<u64> {
         id.strip_prefix('g')?.parse().ok()
     }
@@ -464,9 +479,7 @@ fn page_of(
             let start = after.and_then(Generated::index_of).map_or(0, |i| i + 1);
             let end = (start + limit as u64).min(g.count);
             let page = (start..end)
-                .map(|i| {
-                    json!({"id": Generated::id_of(i), "version": (g.version_of)(i), "status": "active", "amount": i % 10_000})
-                })
+                .map(|i| Generated::item(i, (g.version_of)(i)))
                 .collect();
             (page, end < g.count)
         }

@@ -34,6 +34,7 @@ mod tests {
                 continue;
             };
             let stored = Stored {
+                digest: None,
                 version,
                 deleted,
                 state,

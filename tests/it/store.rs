@@ -51,6 +51,7 @@ both_backends!(
     the_batch_applies_newer_and_different_states_but_never_older_ones,
     an_unmapped_event_is_claimed_as_ignored,
     a_delivery_the_database_refuses_fails_alone_and_the_rest_of_its_group_commits,
+    every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_their_state,
 );
 
 async fn a_repeated_delivery_applies_the_effect_once(b: Backend) {
@@ -422,5 +423,68 @@ async fn a_delivery_the_database_refuses_fails_alone_and_the_rest_of_its_group_c
         db.count("processed_events"),
         50,
         "the refused event is not claimed"
+    );
+}
+
+async fn every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_their_state(
+    b: Backend,
+) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    store
+        .apply_event(delivery("e1", order("a", 1, "paid")))
+        .await
+        .unwrap();
+    store
+        .apply_batch(vec![order("b", 1, "paid"), order("c", 1, "paid")])
+        .await
+        .unwrap();
+    let ids = || vec!["a".to_string(), "b".to_string(), "c".to_string()];
+    let rows = store.stored_rows("shop", "order", ids()).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        let want = order(&r.id, 1, "paid");
+        assert_eq!(
+            r.digest,
+            Some(webhook_reconciler::change::state_digest(
+                want.state.as_deref().unwrap()
+            )),
+            "{}: the digest of the canonical state",
+            r.id
+        );
+        assert_eq!(
+            r.state, None,
+            "{}: no state read when the digest is there",
+            r.id
+        );
+    }
+    // A tombstone without state keeps the state and its digest.
+    let mut tomb = order("c", 2, "paid");
+    tomb.state = None;
+    tomb.action = webhook_reconciler::config::Action::Delete;
+    store.apply_event(delivery("e2", tomb)).await.unwrap();
+    let c = store
+        .stored_rows("shop", "order", vec!["c".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        c[0].digest,
+        rows.iter().find(|r| r.id == "c").unwrap().digest
+    );
+    // A row written before digests existed is read with its state, and compares equal.
+    db.execute("UPDATE resources SET state_digest = NULL WHERE id = 'b'");
+    let b_row = store
+        .stored_rows("shop", "order", vec!["b".into()])
+        .await
+        .unwrap();
+    assert_eq!(b_row[0].digest, None);
+    let listed = order("b", 1, "paid");
+    assert_eq!(
+        webhook_reconciler::reconcile::compare::verdict(Some(&b_row[0]), &listed),
+        webhook_reconciler::change::tie::Relation::Equal
+    );
+    assert_eq!(
+        webhook_reconciler::reconcile::compare::verdict(Some(&rows[0]), &order("a", 1, "refunded")),
+        webhook_reconciler::change::tie::Relation::Differing
     );
 }

@@ -19,7 +19,16 @@ struct Count {
 /// transaction that writes `resources`. Returns how many changes were published.
 pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     let b = conn.backend();
-    let q = query(b, "SELECT COUNT(*) AS n FROM change_pending");
+    // PostgreSQL: this transaction's rows only, found through the txid index (dead
+    // rows of earlier transactions are never scanned); SQLite has one writer.
+    let mine = match b {
+        Backend::Postgres => " WHERE txid = txid_current()",
+        Backend::Sqlite => "",
+    };
+    let q = query(
+        b,
+        &format!("SELECT COUNT(*) AS n FROM change_pending{mine}"),
+    );
     let n = on_conn!(conn, c => q.get_result::<Count>(c))?.n;
     if n == 0 {
         // No lock taken: a transaction that changed nothing does not wait for others.
@@ -32,12 +41,14 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     let last = on_conn!(conn, c => q.bind::<BigInt, _>(n).get_result::<Count>(c))?.n;
     let q = query(
         b,
-        "INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
-         SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, kind, id, version, deleted, state, origin, event_id \
-         FROM change_pending",
+        &format!(
+            "INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
+             SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, kind, id, version, deleted, state, origin, event_id \
+             FROM change_pending{mine}"
+        ),
     );
     on_conn!(conn, c => q.bind::<BigInt, _>(last - n).execute(c))?;
-    let q = query(b, "DELETE FROM change_pending");
+    let q = query(b, &format!("DELETE FROM change_pending{mine}"));
     on_conn!(conn, c => q.execute(c))?;
     Ok(n)
 }

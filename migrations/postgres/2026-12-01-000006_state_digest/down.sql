@@ -1,0 +1,1 @@
+ALTER TABLE resources DROP COLUMN state_digest;

@@ -148,55 +148,48 @@ impl Reconciler {
             (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
             _ => None,
         };
-        // The next page is fetched while the current one is compared and written, so
-        // the sender's latency and our database work overlap; two pages at most are in
-        // memory.
-        // The next page is fetched, read into changes, and its local rows read while
-        // the current one is compared and written: the sender's latency, our parsing
-        // and the database's read overlap the write (two pages at most in memory). A
-        // read taken before the current page's commit may miss that commit; the guarded
-        // write re-checks in SQL, so the compare can only propose, never regress.
-        let fetch = |at: Option<Next>| {
-            let (sender, kind, filter) = (sender.clone(), kind.clone(), filter.clone());
-            let (store, source) = (self.store.clone(), source.name.clone());
+        // Three stages, each a page ahead of the next, joined by channels of one page:
+        // the fetcher pages through the listing (the sender's latency), the reader
+        // reads each page's items into changes and the page's local rows (our parsing,
+        // the database's read), and this loop compares and writes, in page order. At
+        // most four pages are in memory. A read taken before the previous page's
+        // commit may miss that commit; the guarded write re-checks in SQL, so the
+        // compare can only propose, never regress.
+        let (pages_tx, mut pages_rx) = tokio::sync::mpsc::channel(1);
+        let _fetcher = AbortOnDropHandle::new(tokio::spawn(fetch_pages(
+            sender.clone(),
+            kind.clone(),
+            filter,
+            at.clone(),
+            pages_tx,
+        )));
+        let (read_tx, mut read_rx) = tokio::sync::mpsc::channel(1);
+        let _reader = {
+            let (store, source, kind) = (self.store.clone(), source.name.clone(), kind.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
-                let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
-                let mut page = sender.list_page(&kind, at.as_ref(), f).await?;
-                if kind.name == CATCHUP_KIND {
-                    return Ok((page, Vec::new(), Vec::new()));
+                while let Some(fetched) = pages_rx.recv().await {
+                    let read = match fetched {
+                        Ok(page) => read_page(&store, &source, &kind, page).await,
+                        Err(e) => Err(e),
+                    };
+                    let failed = read.is_err();
+                    if read_tx.send(read).await.is_err() || failed {
+                        break;
+                    }
                 }
-                let read = read_items(&source, &kind, std::mem::take(&mut page.items), page.date);
-                let ids: Vec<String> = read
-                    .iter()
-                    .filter_map(|r| match r {
-                        ReadItem::Read { change, .. } => Some(change.id.clone()),
-                        ReadItem::Unreadable { .. } => None,
-                    })
-                    .collect();
-                let local = store.stored_rows(&source, &kind.name, ids).await?;
-                Ok::<_, RunError>((page, read, local))
             }))
         };
         let mut guard = ProgressGuard::new(at.as_ref());
-        let mut pending = Some(fetch(at.clone()));
         loop {
             if run.cancel.is_cancelled() {
                 return Err(RunError::Stopped {
                     pages: run.report.counts.pages,
                 });
             }
-            let Some(fetching) = pending.take() else {
+            let Some(read) = read_rx.recv().await else {
                 break;
             };
-            let (page, read, local) = fetching
-                .await
-                .map_err(|e| RunError::FetchTask(e.to_string()))??;
-            // Checked before the next page is even requested, and before this page's
-            // position could be saved.
-            guard.visit(&page.url, page.next.as_ref())?;
-            if page.next.is_some() {
-                pending = Some(fetch(page.next.clone()));
-            }
+            let (page, read, local) = read?;
             if kind.name == CATCHUP_KIND {
                 let ids = page.items.iter().filter_map(|i| i.get("id")?.as_str());
                 guard.same_items_as_before(&page.url, ids)?;
@@ -393,7 +386,59 @@ impl Reconciler {
     }
 }
 
-/// A listed item, read in the fetch task.
+/// The fetcher stage: pages through the listing from `at`, each page checked by the
+/// progress guard before the next is requested; stops at the last page, at the first
+/// error (sent on), or when the run stops listening.
+async fn fetch_pages(
+    sender: crate::sender::Sender,
+    kind: KindConfig,
+    filter: Option<(String, String)>,
+    mut at: Option<Next>,
+    out: tokio::sync::mpsc::Sender<Result<crate::sender::Page, RunError>>,
+) {
+    let mut guard = ProgressGuard::new(at.as_ref());
+    loop {
+        let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
+        let fetched = sender
+            .list_page(&kind, at.as_ref(), f)
+            .await
+            .map_err(RunError::from)
+            // Checked before the next page is even requested, and before this page's
+            // position could be saved.
+            .and_then(|page| guard.visit(&page.url, page.next.as_ref()).map(|()| page));
+        let next = fetched.as_ref().ok().and_then(|p| p.next.clone());
+        let failed = fetched.is_err();
+        if out.send(fetched).await.is_err() || failed || next.is_none() {
+            return;
+        }
+        at = next;
+    }
+}
+
+/// The reader stage: a page's items read into changes (on this task, off the writer),
+/// and the local rows of their ids. The catch-up's events are passed on as they are.
+async fn read_page(
+    store: &crate::store::Store,
+    source: &str,
+    kind: &KindConfig,
+    mut page: crate::sender::Page,
+) -> Result<(crate::sender::Page, Vec<ReadItem>, Vec<StoredRow>), RunError> {
+    if kind.name == CATCHUP_KIND {
+        return Ok((page, Vec::new(), Vec::new()));
+    }
+    let read = read_items(source, kind, std::mem::take(&mut page.items), page.date);
+    let ids: Vec<String> = read
+        .iter()
+        .filter_map(|r| match r {
+            ReadItem::Read { change, .. } => Some(change.id.clone()),
+            ReadItem::Unreadable { .. } => None,
+        })
+        .collect();
+    let local = store.stored_rows(source, &kind.name, ids).await?;
+    Ok((page, read, local))
+}
+
+/// A listed item, read by the reader stage.
 enum ReadItem {
     Read {
         index: usize,

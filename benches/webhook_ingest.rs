@@ -1,7 +1,10 @@
 //! Webhook ingest benchmark: the real HTTP server, signed deliveries at a fixed
-//! concurrency, half of them duplicates; then a check that every effect landed exactly
-//! once; then, on PostgreSQL, `pgbench` running the very same SQL transaction (taken
-//! from `db::sql`) with the same concurrency and the same applied/duplicate mix, so the
+//! concurrency, half of them duplicates; then a check in the database that every effect
+//! landed exactly once (one claim per event, every row written by its own event); the
+//! group sizes the receiver's group commit saw (from its /metrics) and, on PostgreSQL,
+//! the CPU per delivery of PostgreSQL's processes (from /proc); then `pgbench` running
+//! the product's own SQL (`db::sql`) with the same concurrency and mix, twice: one
+//! delivery per transaction, and the same batches as the receiver's mean group, so each
 //! ratio says how much of the database's capacity the receiver delivers.
 //!
 //!   cargo bench --bench webhook_ingest                      # both backends
@@ -250,58 +253,89 @@ async fn drive(addr: std::net::SocketAddr, events: usize, concurrency: usize) ->
     }
 }
 
-/// Writes the two pgbench scripts from the product's own SQL (`db::sql`): the guarded
-/// write of one delivery in its own transaction — claim, then the guarded upsert — and a
-/// duplicate delivery (a claim that finds the id taken), weighted 1:1 like the HTTP run.
-fn pgbench_scripts(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let claim = claim_sql(1);
-    let upsert = upsert_sql(Backend::Postgres, 1, Guard::NewerOnly, true);
-    let state = r#"'{"amount": 4200, "currency": "EUR", "order_id": "ord_42", "refund_id": "x"}'"#;
-    let claim_of = |event_id: &str| {
-        claim
-            .replace("$1", "'shop'")
-            .replace("$2", event_id)
-            .replace("$3", "'refund.succeeded'")
-            .replace("$4", "'applied'")
-    };
-    let event_id = "('evt_' || :client_id || '_' || :n)";
-    let applied_upsert = upsert
-        .replace("$1", "'shop'")
-        .replace("$2", "'refund'")
-        .replace("$3", "('re_' || :client_id || '_' || :n)")
-        .replace("$4", "0")
-        .replace("$5", state)
-        .replace("$6", "false")
-        .replace("$7", "'webhook'")
-        .replace("$8", event_id);
-    let applied = dir.join("applied.sql");
-    let dup = dir.join("duplicate.sql");
-    std::fs::write(
-        &applied,
-        format!(
-            "\\set n random(1, 2000000000)\nBEGIN;\n{};\n{applied_upsert};\nCOMMIT;\n",
-            claim_of(event_id)
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        &dup,
-        format!(
-            "\\set d random(1, 1000)\nBEGIN;\n{};\nCOMMIT;\n",
-            claim_of("('dup_' || :d)")
-        ),
-    )
-    .unwrap();
-    (applied, dup)
+/// `sql` with `$1..$n` replaced by `values` (highest first, so `$1` never eats `$12`).
+fn substitute(sql: &str, values: &[String]) -> String {
+    let mut out = sql.to_string();
+    for (i, v) in values.iter().enumerate().rev() {
+        out = out.replace(&format!("${}", i + 1), v);
+    }
+    out
 }
 
-fn pgbench(url: &str, concurrency: usize, seconds: u32) -> Option<f64> {
+const STATE: &str =
+    r#"'{"amount": 4200, "currency": "EUR", "order_id": "ord_42", "refund_id": "x"}'"#;
+
+/// The claim and guarded upsert of `group` deliveries in one transaction, taken from the
+/// product's own SQL (`db::sql`): half of them new events (claimed and written), half
+/// duplicates (a claim that finds the id taken), like the HTTP run's mix. `group = 1`
+/// alternates between a new and a duplicate delivery instead.
+fn pgbench_scripts(dir: &std::path::Path, group: usize) -> Vec<(std::path::PathBuf, u32)> {
+    let claim_row = |event_id: String| {
+        vec![
+            "'shop'".to_string(),
+            event_id,
+            "'refund.succeeded'".to_string(),
+            "'applied'".to_string(),
+        ]
+    };
+    let upsert_row = |k: usize| {
+        vec![
+            "'shop'".to_string(),
+            "'refund'".to_string(),
+            format!("('re_' || :client_id || '_' || :n || '_{k}')"),
+            "0".to_string(),
+            STATE.to_string(),
+            "false".to_string(),
+            "'webhook'".to_string(),
+            format!("('evt_' || :client_id || '_' || :n || '_{k}')"),
+            "42".to_string(),
+        ]
+    };
+    let new_event = |k: usize| format!("('evt_' || :client_id || '_' || :n || '_{k}')");
+    let script = |claims: Vec<String>, upserts: usize| {
+        let claim = substitute(&claim_sql(claims.len() / 4), &claims);
+        let mut body =
+            format!("\\set n random(1, 2000000000)\n\\set d random(1, 1000)\nBEGIN;\n{claim};\n");
+        if upserts > 0 {
+            let values: Vec<String> = (0..upserts).flat_map(upsert_row).collect();
+            let upsert = upsert_sql(Backend::Postgres, upserts, Guard::NewerOnly, true);
+            body.push_str(&substitute(&upsert, &values));
+            body.push_str(";\n");
+        }
+        body.push_str("COMMIT;\n");
+        body
+    };
+    let mut files = Vec::new();
+    if group <= 1 {
+        let applied = dir.join("applied.sql");
+        std::fs::write(&applied, script(claim_row(new_event(0)), 1)).unwrap();
+        let dup = dir.join("duplicate.sql");
+        std::fs::write(&dup, script(claim_row("('dup_' || :d)".into()), 0)).unwrap();
+        files.push((applied, 1));
+        files.push((dup, 1));
+    } else {
+        let new = group.div_ceil(2);
+        let mut claims: Vec<String> = (0..new).flat_map(|k| claim_row(new_event(k))).collect();
+        claims.extend(
+            (0..group - new)
+                .flat_map(|k| claim_row(format!("('dup_' || ((:d + {k}) % 1000 + 1))"))),
+        );
+        let batch = dir.join("batch.sql");
+        std::fs::write(&batch, script(claims, new)).unwrap();
+        files.push((batch, 1));
+    }
+    files
+}
+
+/// pgbench transactions per second running `group` deliveries per transaction.
+fn pgbench(url: &str, concurrency: usize, seconds: u32, group: usize) -> Option<f64> {
     let dir = tempfile::tempdir().unwrap();
-    let (applied, dup) = pgbench_scripts(dir.path());
+    let scripts = pgbench_scripts(dir.path(), group);
     let mut c = PgConnection::establish(url).unwrap();
     c.batch_execute(
         "INSERT INTO processed_events (source, event_id, event_type, outcome) \
-         SELECT 'shop', 'dup_' || g, 'refund.succeeded', 'applied' FROM generate_series(1, 1000) g",
+         SELECT 'shop', 'dup_' || g, 'refund.succeeded', 'applied' FROM generate_series(1, 1000) g \
+         ON CONFLICT DO NOTHING",
     )
     .unwrap();
     let out = Command::new("pgbench")
@@ -315,10 +349,11 @@ fn pgbench(url: &str, concurrency: usize, seconds: u32) -> Option<f64> {
             "2",
         ])
         .args(["-T", &seconds.to_string()])
-        .arg("-f")
-        .arg(format!("{}@1", applied.display()))
-        .arg("-f")
-        .arg(format!("{}@1", dup.display()))
+        .args(
+            scripts
+                .iter()
+                .flat_map(|(f, w)| ["-f".to_string(), format!("{}@{w}", f.display())]),
+        )
         .arg(url)
         .output();
     let out = match out {
@@ -337,6 +372,63 @@ fn pgbench(url: &str, concurrency: usize, seconds: u32) -> Option<f64> {
         .find(|l| l.starts_with("tps = "))
         .and_then(|l| l.trim_start_matches("tps = ").split_whitespace().next())
         .and_then(|v| v.parse().ok())
+}
+
+/// CPU seconds (user + system) used so far by every running `postgres` process.
+fn postgres_cpu_seconds() -> f64 {
+    let mut ticks = 0u64;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let Some((comm, rest)) = stat.split_once(") ") {
+            if comm.ends_with("(postgres") {
+                ticks += cpu_ticks(rest);
+            }
+        }
+    }
+    ticks as f64 / 100.0
+}
+
+/// CPU seconds used so far by this process.
+fn own_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat.split_once(") ")
+        .map_or(0.0, |(_, rest)| cpu_ticks(rest) as f64 / 100.0)
+}
+
+/// utime + stime from the fields after `comm` in /proc/PID/stat (fields 14 and 15,
+/// in clock ticks of 1/100 s).
+fn cpu_ticks(after_comm: &str) -> u64 {
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let get = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get(11) + get(12)
+}
+
+/// (transactions, deliveries) of the receiver's group commits, from its own /metrics.
+async fn group_sizes(addr: std::net::SocketAddr) -> (f64, f64) {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value("webhook_group_commit_size_count"),
+        value("webhook_group_commit_size_sum"),
+    )
 }
 
 fn main() {
@@ -372,23 +464,34 @@ fn main() {
                 (url, None, Some(dir))
             }
         };
-        let run = rt.block_on(async {
+        let (run, cpu, groups) = rt.block_on(async {
             let app = Application::build(config(&url, a.pool, synchronous))
                 .await
                 .unwrap();
             let addr = app.local_addr();
             let server = tokio::spawn(app.run_until(std::future::pending()));
+            let before = (postgres_cpu_seconds(), own_cpu_seconds());
             let run = drive(addr, a.events, a.concurrency).await;
+            let after = (postgres_cpu_seconds(), own_cpu_seconds());
+            let groups = group_sizes(addr).await;
             server.abort();
-            run
+            (run, (after.0 - before.0, after.1 - before.1), groups)
         });
         let rows = count(backend, &url, "SELECT COUNT(*) AS n FROM resources");
         let claims = count(backend, &url, "SELECT COUNT(*) AS n FROM processed_events");
+        // At most once as well as at least once, in the database: one claim per event,
+        // and every row written by its own event.
+        let foreign = count(
+            backend,
+            &url,
+            "SELECT COUNT(*) AS n FROM resources WHERE last_event_id IS NULL OR last_event_id <> 'evt_' || substr(id, 4)",
+        );
         let exactly_once = run.applied == a.events
             && run.duplicate == a.events
             && run.other == 0
             && rows == a.events as i64
-            && claims == a.events as i64;
+            && claims == a.events as i64
+            && foreign == 0;
         ok &= exactly_once;
         let rate = run.deliveries as f64 / run.seconds;
         println!(
@@ -404,14 +507,28 @@ fn main() {
             run.seconds
         );
         println!(
-            "          exactly-once: {} (applied {}, duplicate {}, other {}; rows {}, claims {})",
+            "          exactly-once: {} (answers: applied {}, duplicate {}, other {}; in the database: rows {}, claims {}, rows not written by their own event {})",
             if exactly_once { "yes" } else { "NO" },
             run.applied,
             run.duplicate,
             run.other,
             rows,
-            claims
+            claims,
+            foreign
         );
+        println!(
+            "          group commit: {} deliveries in {} transactions, mean {:.1} per transaction",
+            groups.1 as u64,
+            groups.0 as u64,
+            groups.1 / groups.0.max(1.0)
+        );
+        if backend == Backend::Postgres {
+            println!(
+                "          CPU per delivery: PostgreSQL {:.3} ms (all its processes, from /proc); this process {:.3} ms (receiver and the load generator together)",
+                1000.0 * cpu.0 / run.deliveries as f64,
+                1000.0 * cpu.1 / run.deliveries as f64
+            );
+        }
         if let Some(name) = pg_name {
             drop_pg_db(&name);
             let (pg_url, pg_name) = fresh_pg_db("pgbench");
@@ -422,14 +539,24 @@ fn main() {
                     .unwrap();
                 drop(app);
             });
-            if let Some(tps) = pgbench(&pg_url, a.concurrency, a.pgbench_seconds) {
+            if let Some(tps) = pgbench(&pg_url, a.concurrency, a.pgbench_seconds, 1) {
                 println!(
-                    "          pgbench, same SQL transaction and mix, {} clients, {}s: {:.0} tx/s; receiver = {:.0}% of pgbench",
+                    "          pgbench, one delivery per transaction (the product's SQL, same mix), {} clients, {}s: {:.0} deliveries/s; receiver = {:.0}% of it",
                     a.concurrency,
                     a.pgbench_seconds,
                     tps,
                     100.0 * rate / tps
                 );
+            }
+            let group = (groups.1 / groups.0.max(1.0)).round().max(1.0) as usize;
+            if group > 1 {
+                if let Some(tps) = pgbench(&pg_url, a.concurrency, a.pgbench_seconds, group) {
+                    let deliveries = tps * group as f64;
+                    println!(
+                        "          pgbench, the same batches ({group} deliveries per transaction, the receiver's mean group): {deliveries:.0} deliveries/s; receiver = {:.0}% of it",
+                        100.0 * rate / deliveries
+                    );
+                }
             }
             drop_pg_db(&pg_name);
         }

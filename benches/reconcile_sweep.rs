@@ -4,6 +4,9 @@
 //! sender, items computed from their index), so the sender costs the reconciler neither
 //! CPU nor memory. Per backend and size:
 //!
+//! The kind has `detect_deletes = true`, so each complete sweep also scans the table for
+//! rows the listing lacks (none here).
+//!
 //! 1. initial load: the real binary's `reconcile --json` into an empty table (all
 //!    missing) — the product writes every row, digests included;
 //! 2. 1% drift: the sender bumps every 200th item (offset 100) to version 2 and the
@@ -140,6 +143,8 @@ page_size = {PAGE_SIZE}
 [sources.bench.kinds.item]
 list = "/items"
 version = "/version"
+# Deletion detection runs after every complete sweep (its memory is measured too).
+detect_deletes = true
 "#
     )
 }

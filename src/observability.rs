@@ -20,6 +20,9 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// How often the recorder is upkept (histogram samples folded in).
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -45,7 +48,24 @@ pub fn install() -> Option<&'static PrometheusHandle> {
                 .ok()?
                 .install_recorder();
             match recorder {
-                Ok(h) => Some(h),
+                Ok(h) => {
+                    // Histogram samples wait in the recorder until it is rendered or
+                    // upkept: without anyone scraping /metrics they would grow for ever
+                    // (~20 bytes a delivery). Upkeep on a timer keeps memory flat.
+                    let upkept = h.clone();
+                    let started = std::thread::Builder::new()
+                        .name("metrics-upkeep".into())
+                        .spawn(move || {
+                            loop {
+                                std::thread::sleep(UPKEEP_EVERY);
+                                upkept.run_upkeep();
+                            }
+                        });
+                    if let Err(e) = started {
+                        tracing::warn!(error = %e, "metrics upkeep not started; histograms drain only when /metrics is scraped");
+                    }
+                    Some(h)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "metrics recorder not installed");
                     None

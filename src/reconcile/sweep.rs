@@ -256,6 +256,7 @@ impl Reconciler {
                 "deletion detection skipped: an item without a readable id was listed"
             );
         } else if detect {
+            seen.seal();
             self.detect_deletes(run, &seen, sweep_started, run_id.is_none())
                 .await?;
         }

@@ -19,27 +19,10 @@ struct Count {
 /// transaction that writes `resources`. Returns how many changes were published.
 pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     let b = conn.backend();
-    if b == Backend::Postgres {
-        // One statement, one round trip: this transaction's pending rows (through the
-        // txid index), numbered under change_seq's row lock (taken only when there are
-        // some, and last), moved into changes.
-        let q = query(
-            b,
-            "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
-                 RETURNING pending_id, source, kind, id, version, deleted, state, origin, event_id), \
-             counted AS (SELECT COUNT(*) AS n FROM moved), \
-             numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
-                 WHERE counted.n > 0 RETURNING last - counted.n AS first), \
-             inserted AS (INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
-                 SELECT numbered.first + ROW_NUMBER() OVER (ORDER BY moved.pending_id), moved.source, moved.kind, \
-                        moved.id, moved.version, moved.deleted, moved.state, moved.origin, moved.event_id \
-                 FROM moved, numbered RETURNING 1) \
-             SELECT COUNT(*) AS n FROM inserted",
-        );
-        return on_conn!(conn, c => q.get_result::<Count>(c)).map(|r| r.n);
-    }
     // PostgreSQL: this transaction's rows only, found through the txid index (dead
-    // rows of earlier transactions are never scanned); SQLite has one writer.
+    // rows of earlier transactions are never scanned); SQLite has one writer. (One
+    // data-modifying CTE doing all four steps was measured 20 times slower on a
+    // reconcile page: its DELETE scanned the dead rows.)
     let mine = match b {
         Backend::Postgres => " WHERE txid = txid_current()",
         Backend::Sqlite => "",
@@ -60,12 +43,14 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     let last = on_conn!(conn, c => q.bind::<BigInt, _>(n).get_result::<Count>(c))?.n;
     let q = query(
         b,
-        "INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
+        &format!(
+            "INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
          SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, kind, id, version, deleted, state, origin, event_id \
-         FROM change_pending",
+         FROM change_pending{mine}"
+        ),
     );
     on_conn!(conn, c => q.bind::<BigInt, _>(last - n).execute(c))?;
-    let q = query(b, "DELETE FROM change_pending");
+    let q = query(b, &format!("DELETE FROM change_pending{mine}"));
     on_conn!(conn, c => q.execute(c))?;
     Ok(n)
 }

@@ -187,34 +187,28 @@ fn validate_catchup(c: &mut Checker, source: &str, raw: &raw::RawCatchup) -> Cat
             "name the events endpoint's query parameter for \"created at or after\", e.g. \"created[gte]\"",
         );
     }
+    let paging = validate_paging(
+        c,
+        &key,
+        PagingKeys {
+            items: raw.items.as_deref(),
+            next_cursor: raw.next_cursor.as_deref(),
+            cursor_param: raw.cursor_param.as_deref(),
+            limit_param: raw.limit_param.as_deref(),
+            has_more: raw.has_more.as_deref(),
+            starting_after_param: raw.starting_after_param.as_deref(),
+        },
+    );
     let listing = KindConfig {
         name: CATCHUP_KIND.to_string(),
         list: Some(raw.list.clone()),
         pagination: raw.pagination.unwrap_or_default(),
-        items: c.pointer(
-            &key("items"),
-            raw.items.as_deref().unwrap_or(defaults::ITEMS),
-        ),
-        next_cursor: c.pointer(
-            &key("next_cursor"),
-            raw.next_cursor.as_deref().unwrap_or(defaults::NEXT_CURSOR),
-        ),
-        cursor_param: raw
-            .cursor_param
-            .clone()
-            .unwrap_or_else(|| defaults::CURSOR_PARAM.into()),
-        limit_param: raw
-            .limit_param
-            .clone()
-            .unwrap_or_else(|| defaults::LIMIT_PARAM.into()),
-        has_more: c.pointer(
-            &key("has_more"),
-            raw.has_more.as_deref().unwrap_or(defaults::HAS_MORE),
-        ),
-        starting_after_param: raw
-            .starting_after_param
-            .clone()
-            .unwrap_or_else(|| defaults::STARTING_AFTER_PARAM.into()),
+        items: paging.items,
+        next_cursor: paging.next_cursor,
+        cursor_param: paging.cursor_param,
+        limit_param: paging.limit_param,
+        has_more: paging.has_more,
+        starting_after_param: paging.starting_after_param,
         // An event's own id: Stripe-style pagination continues after it.
         id: "/id".into(),
         version: None,
@@ -516,6 +510,43 @@ fn validate_schedule(
     }
 }
 
+/// The pagination keys a kind and a catch-up listing share, as written.
+struct PagingKeys<'a> {
+    items: Option<&'a str>,
+    next_cursor: Option<&'a str>,
+    cursor_param: Option<&'a str>,
+    limit_param: Option<&'a str>,
+    has_more: Option<&'a str>,
+    starting_after_param: Option<&'a str>,
+}
+
+/// Those keys with their defaults, pointers checked.
+struct Paging {
+    items: String,
+    next_cursor: String,
+    cursor_param: String,
+    limit_param: String,
+    has_more: String,
+    starting_after_param: String,
+}
+
+fn validate_paging(c: &mut Checker, key: &dyn Fn(&str) -> String, raw: PagingKeys<'_>) -> Paging {
+    Paging {
+        items: c.pointer(&key("items"), raw.items.unwrap_or(defaults::ITEMS)),
+        next_cursor: c.pointer(
+            &key("next_cursor"),
+            raw.next_cursor.unwrap_or(defaults::NEXT_CURSOR),
+        ),
+        cursor_param: raw.cursor_param.unwrap_or(defaults::CURSOR_PARAM).into(),
+        limit_param: raw.limit_param.unwrap_or(defaults::LIMIT_PARAM).into(),
+        has_more: c.pointer(&key("has_more"), raw.has_more.unwrap_or(defaults::HAS_MORE)),
+        starting_after_param: raw
+            .starting_after_param
+            .unwrap_or(defaults::STARTING_AFTER_PARAM)
+            .into(),
+    }
+}
+
 fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> KindConfig {
     let base = format!("sources.{source}.kinds.{name}");
     let key = |k: &str| format!("{base}.{k}");
@@ -550,34 +581,28 @@ fn validate_kind(c: &mut Checker, source: &str, name: &str, raw: &RawKind) -> Ki
             ),
         );
     }
+    let paging = validate_paging(
+        c,
+        &key,
+        PagingKeys {
+            items: raw.items.as_deref(),
+            next_cursor: raw.next_cursor.as_deref(),
+            cursor_param: raw.cursor_param.as_deref(),
+            limit_param: raw.limit_param.as_deref(),
+            has_more: raw.has_more.as_deref(),
+            starting_after_param: raw.starting_after_param.as_deref(),
+        },
+    );
     KindConfig {
         name: name.to_string(),
         list: raw.list.clone(),
         pagination,
-        items: c.pointer(
-            &key("items"),
-            raw.items.as_deref().unwrap_or(defaults::ITEMS),
-        ),
-        next_cursor: c.pointer(
-            &key("next_cursor"),
-            raw.next_cursor.as_deref().unwrap_or(defaults::NEXT_CURSOR),
-        ),
-        cursor_param: raw
-            .cursor_param
-            .clone()
-            .unwrap_or_else(|| defaults::CURSOR_PARAM.into()),
-        limit_param: raw
-            .limit_param
-            .clone()
-            .unwrap_or_else(|| defaults::LIMIT_PARAM.into()),
-        has_more: c.pointer(
-            &key("has_more"),
-            raw.has_more.as_deref().unwrap_or(defaults::HAS_MORE),
-        ),
-        starting_after_param: raw
-            .starting_after_param
-            .clone()
-            .unwrap_or_else(|| defaults::STARTING_AFTER_PARAM.into()),
+        items: paging.items,
+        next_cursor: paging.next_cursor,
+        cursor_param: paging.cursor_param,
+        limit_param: paging.limit_param,
+        has_more: paging.has_more,
+        starting_after_param: paging.starting_after_param,
         id: c.pointer(&key("id"), raw.id.as_deref().unwrap_or(defaults::ITEM_ID)),
         version: raw
             .version

@@ -10,7 +10,7 @@ mod group_commit;
 pub mod guard;
 pub mod retention;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -258,6 +258,36 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
     }
     let written: HashSet<ResourceKey<&str>> = upserted.iter().map(ResourceKey::as_ref).collect();
 
+    // Claimed changes the guard refused: their rows exist and this transaction holds
+    // their locks (PostgreSQL) or the database's (SQLite), so one read per kind is
+    // current; then one update per outcome labels them stale or conflict.
+    let refused: Vec<&Delivery> = deliveries
+        .iter()
+        .filter(|d| is_claimed(d))
+        .filter(|d| {
+            d.change
+                .as_ref()
+                .is_some_and(|c| !written.contains(&c.key()))
+        })
+        .collect();
+    let mut by_kind: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    for d in &refused {
+        if let Some(c) = &d.change {
+            by_kind.entry((&c.source, &c.kind)).or_default().push(&c.id);
+        }
+    }
+    let mut stored: HashMap<ResourceKey, sql::StoredRow> = HashMap::new();
+    for ((source, kind), ids) in by_kind {
+        for chunk in ids.chunks(sql::MAX_IN_LIST) {
+            for row in sql::stored_rows(conn, source, kind, chunk)? {
+                stored.insert(
+                    ResourceKey::new(source.into(), kind.into(), row.id.clone()),
+                    row,
+                );
+            }
+        }
+    }
+    let mut labels: BTreeMap<(&str, &'static str), (Outcome, Vec<&str>)> = BTreeMap::new();
     let mut outcomes = Vec::with_capacity(deliveries.len());
     for d in deliveries {
         let outcome = match (&d.change, is_claimed(d)) {
@@ -265,15 +295,22 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
             (None, true) => Outcome::Ignored,
             (Some(c), true) if written.contains(&c.key()) => Outcome::Applied,
             (Some(c), true) => {
-                // The guard left the row alone, so it exists and this transaction holds
-                // its lock (PostgreSQL) or the database's (SQLite): the read is current.
-                let stored = sql::stored_resource(conn, c.key())?;
-                let outcome = guard::classify_unapplied(stored.as_ref().map(|s| s.view()), c);
-                sql::set_event_outcome(conn, &d.source, &d.event_id, outcome)?;
+                let row = stored.get(&c.key().to_owned());
+                let outcome = guard::classify_unapplied(row.map(|s| s.view()), c);
+                labels
+                    .entry((d.source.as_str(), outcome.as_str()))
+                    .or_insert_with(|| (outcome, Vec::new()))
+                    .1
+                    .push(&d.event_id);
                 outcome
             }
         };
         outcomes.push(outcome);
+    }
+    for ((source, _), (outcome, ids)) in labels {
+        for chunk in ids.chunks(sql::MAX_IN_LIST) {
+            sql::set_event_outcomes(conn, source, chunk, outcome)?;
+        }
     }
     // Last in the transaction: the change feed's seqs are handed out at the end. A
     // group of duplicates and stale events wrote no row and has nothing to publish.

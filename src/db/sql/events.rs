@@ -86,6 +86,36 @@ pub fn set_event_outcome(
     Ok(())
 }
 
+/// Records `outcome` for many claimed events of one source at once.
+pub fn set_event_outcomes(
+    conn: &mut Conn,
+    source: &str,
+    event_ids: &[&str],
+    outcome: Outcome,
+) -> diesel::QueryResult<()> {
+    if event_ids.is_empty() {
+        return Ok(());
+    }
+    let q = query(
+        conn.backend(),
+        &format!(
+            "UPDATE processed_events SET outcome = $1 WHERE source = $2 AND event_id IN ({})",
+            super::in_list(3, event_ids.len())
+        ),
+    );
+    on_conn!(conn, c => {
+        let mut q = q
+            .into_boxed()
+            .bind::<Text, _>(outcome.as_str())
+            .bind::<Text, _>(source);
+        for id in event_ids {
+            q = q.bind::<Text, _>(*id);
+        }
+        q.execute(c)
+    })?;
+    Ok(())
+}
+
 /// Keeps an authentic delivery we could not read. Repeats of the same event id update
 /// the row (attempts, last reason) instead of piling up.
 pub fn record_dead_letter(

@@ -18,8 +18,10 @@ mod catchup;
 pub mod compare;
 mod deletes;
 mod plan;
+mod progress;
 mod resolve;
 pub mod schedule;
+mod stages;
 mod sweep;
 
 use std::sync::Arc;

@@ -2,24 +2,20 @@
 //! per page one bulk read of the local rows, the pure compare, and one transaction that
 //! writes what differs together with the page's bookkeeping.
 
-use std::collections::HashSet;
-use std::hash::BuildHasher;
-
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::deletes::SeenIds;
 use super::plan::Plan;
-use super::{
-    KindReport, Mode, Reconciler, RunCounts, RunError, RunOptions, RunStatus, compare,
-    item_pointers,
-};
+use super::progress::ProgressGuard;
+use super::stages::{ReadItem, fetch_pages, read_page};
+use super::{KindReport, Mode, Reconciler, RunCounts, RunError, RunOptions, RunStatus, compare};
 use crate::bookkeeping::{Lease, RunId};
 use crate::change::Change;
 use crate::config::{CATCHUP_KIND, KindConfig, SourceConfig};
 use crate::db::ErrorClass;
 use crate::db::sql::{RunState, StoredRow};
-use crate::sender::{Next, SenderError};
+use crate::sender::SenderError;
 
 /// How many ids a dry run lists as examples.
 pub(super) const DRY_RUN_EXAMPLES: usize = 10;
@@ -387,115 +383,6 @@ impl Reconciler {
     }
 }
 
-/// The fetcher stage: pages through the listing from `at`, each page checked by the
-/// progress guard before the next is requested; stops at the last page, at the first
-/// error (sent on), or when the run stops listening.
-async fn fetch_pages(
-    sender: crate::sender::Sender,
-    kind: KindConfig,
-    filter: Option<(String, String)>,
-    mut at: Option<Next>,
-    out: tokio::sync::mpsc::Sender<Result<crate::sender::Page, RunError>>,
-) {
-    let mut guard = ProgressGuard::new(at.as_ref());
-    loop {
-        let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
-        let fetched = sender
-            .list_page(&kind, at.as_ref(), f)
-            .await
-            .map_err(RunError::from)
-            // Checked before the next page is even requested, and before this page's
-            // position could be saved.
-            .and_then(|page| guard.visit(&page.url, page.next.as_ref()).map(|()| page));
-        let next = fetched.as_ref().ok().and_then(|p| p.next.clone());
-        let failed = fetched.is_err();
-        if out.send(fetched).await.is_err() || failed || next.is_none() {
-            return;
-        }
-        at = next;
-    }
-}
-
-/// The reader stage: a page's items read into changes (on this task, off the writer),
-/// and the local rows of their ids. The catch-up's events are passed on as they are.
-async fn read_page(
-    store: &crate::store::Store,
-    source: &str,
-    kind: &KindConfig,
-    mut page: crate::sender::Page,
-) -> Result<(crate::sender::Page, Vec<ReadItem>, Vec<StoredRow>), RunError> {
-    if kind.name == CATCHUP_KIND {
-        return Ok((page, Vec::new(), Vec::new()));
-    }
-    let read = read_items(source, kind, std::mem::take(&mut page.items), page.date);
-    let ids: Vec<String> = read
-        .iter()
-        .filter_map(|r| match r {
-            ReadItem::Read { change, .. } => Some(change.id.clone()),
-            ReadItem::Unreadable { .. } => None,
-        })
-        .collect();
-    let local = store.stored_rows(source, &kind.name, ids).await?;
-    Ok((page, read, local))
-}
-
-/// A listed item, read by the reader stage.
-enum ReadItem {
-    Read {
-        index: usize,
-        change: Change,
-        /// The item's last-modified time, for an incremental kind's watermark.
-        modified: Option<i64>,
-    },
-    Unreadable {
-        index: usize,
-        id: Option<String>,
-        reason: String,
-    },
-}
-
-/// Reads a page's items with the kind's pointers (versioned by the response's `date`
-/// for a kind versioned by fetch time).
-fn read_items(
-    source: &str,
-    kind: &KindConfig,
-    items: Vec<serde_json::Value>,
-    date: Option<i64>,
-) -> Vec<ReadItem> {
-    let pointers = item_pointers(kind);
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(index, item)| {
-            let read = pointers
-                .read(&item, source, &kind.name)
-                .map(|mut c| {
-                    if let Some(date) = date {
-                        c.version = date;
-                    }
-                    c
-                })
-                .and_then(|c| match &kind.incremental {
-                    Some(inc) => crate::change::read_version(&item, &inc.field, inc.format)
-                        .map(|t| (c, Some(t))),
-                    None => Ok((c, None)),
-                });
-            match read {
-                Ok((change, modified)) => ReadItem::Read {
-                    index,
-                    change,
-                    modified,
-                },
-                Err(e) => ReadItem::Unreadable {
-                    index,
-                    id: crate::change::read_id(&item, &kind.id).ok(),
-                    reason: e.to_string(),
-                },
-            }
-        })
-        .collect()
-}
-
 /// A listed item read as a change, with its index in the page (for reports).
 struct Listed {
     index: usize,
@@ -517,72 +404,5 @@ impl Run<'_> {
             self.report.skipped.push(line);
         }
         self.report.counts.skipped += 1;
-    }
-}
-
-/// Stops a sweep whose sender makes no progress: a next position (cursor, URL,
-/// `starting_after`) already visited in this run, or a page listing exactly the ids of
-/// the page before. Without it a stuck cursor would loop for ever, renewing the lease.
-struct ProgressGuard {
-    /// Every position of this run, encoded; one short string a page.
-    visited: HashSet<String>,
-    /// A hash of the previous page's ids.
-    previous_ids: Option<u64>,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-impl ProgressGuard {
-    fn new(start: Option<&Next>) -> Self {
-        let mut visited = HashSet::new();
-        if let Some(at) = start {
-            visited.insert(at.encode());
-        }
-        Self {
-            visited,
-            previous_ids: None,
-            hasher: Default::default(),
-        }
-    }
-
-    /// Records the page fetched from `url` and refuses a `next` already visited.
-    fn visit(&mut self, url: &str, next: Option<&Next>) -> Result<(), RunError> {
-        // A page's own URL is a position too, so a self-referencing Link is caught.
-        self.visited.insert(Next::Url(url.to_string()).encode());
-        match next {
-            Some(n) if !self.visited.insert(n.encode()) => Err(RunError::NoProgress {
-                at: describe(n),
-                why: "the sender sent a next position this run has already visited",
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Refuses a page that lists exactly the ids of the page before.
-    fn same_items_as_before<'a>(
-        &mut self,
-        url: &str,
-        ids: impl Iterator<Item = &'a str>,
-    ) -> Result<(), RunError> {
-        let ids: Vec<&str> = ids.collect();
-        if ids.is_empty() {
-            self.previous_ids = None;
-            return Ok(());
-        }
-        let hash = self.hasher.hash_one(&ids);
-        if self.previous_ids.replace(hash) == Some(hash) {
-            return Err(RunError::NoProgress {
-                at: url.to_string(),
-                why: "the page repeats the previous page's items",
-            });
-        }
-        Ok(())
-    }
-}
-
-fn describe(n: &Next) -> String {
-    match n {
-        Next::Cursor(c) => format!("cursor {c:?}"),
-        Next::Url(u) => u.clone(),
-        Next::StartingAfter(id) => format!("starting_after {id:?}"),
     }
 }

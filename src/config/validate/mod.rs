@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
+mod catchup;
+mod kind;
 mod source;
 
 use super::raw::RawConfig;

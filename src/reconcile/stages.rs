@@ -1,0 +1,119 @@
+//! The first two stages of a sweep, each on its own task: the fetcher pages through
+//! the sender's listing, the reader reads a page's items into changes and reads their
+//! local rows. The writer (`sweep`) compares and writes in page order.
+
+use super::progress::ProgressGuard;
+use super::{RunError, item_pointers};
+use crate::change::Change;
+use crate::config::{CATCHUP_KIND, KindConfig};
+use crate::db::sql::StoredRow;
+use crate::sender::Next;
+
+/// The fetcher stage: pages through the listing from `at`, each page checked by the
+/// progress guard before the next is requested; stops at the last page, at the first
+/// error (sent on), or when the run stops listening.
+pub(super) async fn fetch_pages(
+    sender: crate::sender::Sender,
+    kind: KindConfig,
+    filter: Option<(String, String)>,
+    mut at: Option<Next>,
+    out: tokio::sync::mpsc::Sender<Result<crate::sender::Page, RunError>>,
+) {
+    let mut guard = ProgressGuard::new(at.as_ref());
+    loop {
+        let f = filter.as_ref().map(|(p, v)| (p.as_str(), v.as_str()));
+        let fetched = sender
+            .list_page(&kind, at.as_ref(), f)
+            .await
+            .map_err(RunError::from)
+            // Checked before the next page is even requested, and before this page's
+            // position could be saved.
+            .and_then(|page| guard.visit(&page.url, page.next.as_ref()).map(|()| page));
+        let next = fetched.as_ref().ok().and_then(|p| p.next.clone());
+        let failed = fetched.is_err();
+        if out.send(fetched).await.is_err() || failed || next.is_none() {
+            return;
+        }
+        at = next;
+    }
+}
+
+/// The reader stage: a page's items read into changes (on this task, off the writer),
+/// and the local rows of their ids. The catch-up's events are passed on as they are.
+pub(super) async fn read_page(
+    store: &crate::store::Store,
+    source: &str,
+    kind: &KindConfig,
+    mut page: crate::sender::Page,
+) -> Result<(crate::sender::Page, Vec<ReadItem>, Vec<StoredRow>), RunError> {
+    if kind.name == CATCHUP_KIND {
+        return Ok((page, Vec::new(), Vec::new()));
+    }
+    let read = read_items(source, kind, std::mem::take(&mut page.items), page.date);
+    let ids: Vec<String> = read
+        .iter()
+        .filter_map(|r| match r {
+            ReadItem::Read { change, .. } => Some(change.id.clone()),
+            ReadItem::Unreadable { .. } => None,
+        })
+        .collect();
+    let local = store.stored_rows(source, &kind.name, ids).await?;
+    Ok((page, read, local))
+}
+
+/// A listed item, read by the reader stage.
+pub(super) enum ReadItem {
+    Read {
+        index: usize,
+        change: Change,
+        /// The item's last-modified time, for an incremental kind's watermark.
+        modified: Option<i64>,
+    },
+    Unreadable {
+        index: usize,
+        id: Option<String>,
+        reason: String,
+    },
+}
+
+/// Reads a page's items with the kind's pointers (versioned by the response's `date`
+/// for a kind versioned by fetch time).
+fn read_items(
+    source: &str,
+    kind: &KindConfig,
+    items: Vec<serde_json::Value>,
+    date: Option<i64>,
+) -> Vec<ReadItem> {
+    let pointers = item_pointers(kind);
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let read = pointers
+                .read(&item, source, &kind.name)
+                .map(|mut c| {
+                    if let Some(date) = date {
+                        c.version = date;
+                    }
+                    c
+                })
+                .and_then(|c| match &kind.incremental {
+                    Some(inc) => crate::change::read_version(&item, &inc.field, inc.format)
+                        .map(|t| (c, Some(t))),
+                    None => Ok((c, None)),
+                });
+            match read {
+                Ok((change, modified)) => ReadItem::Read {
+                    index,
+                    change,
+                    modified,
+                },
+                Err(e) => ReadItem::Unreadable {
+                    index,
+                    id: crate::change::read_id(&item, &kind.id).ok(),
+                    reason: e.to_string(),
+                },
+            }
+        })
+        .collect()
+}

@@ -8,8 +8,15 @@
 //! appears in them.
 
 pub mod budget;
+mod date;
+mod error;
 pub mod link;
 pub mod page;
+mod path;
+
+pub use date::response_date;
+pub use error::SenderError;
+use path::path_segment;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,44 +28,6 @@ use serde_json::Value;
 
 use crate::config::{KindConfig, SourceConfig, origin_of};
 pub use page::{Next, Page};
-
-/// Why a request to the sender failed for good.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SenderError {
-    /// Still failing after every attempt (timeouts, connection errors, 5xx).
-    #[error("GET {url}: {reason} (gave up after {attempts} attempts)")]
-    Exhausted {
-        url: String,
-        reason: String,
-        attempts: u32,
-    },
-    /// The sender kept answering 429: the run fails rather than pretend it completed.
-    #[error(
-        "GET {url}: rate limited by the sender ({reason}); lower requests_per_second or retry later"
-    )]
-    RateLimited { url: String, reason: String },
-    /// A status that retrying will not change (4xx other than 408 / 429).
-    #[error("GET {url}: {reason}")]
-    Refused { url: String, reason: String },
-    /// The response arrived but is not a page this kind can read.
-    #[error("GET {url}: {reason}")]
-    BadPage { url: String, reason: String },
-    /// A URL the sender handed us (a next link, a redirect, a resume point) leads
-    /// away from the sender's origin, or from https to http: never followed, never sent
-    /// the token.
-    #[error(
-        "GET {url}: refusing to follow a link to another origin than the sender's ({allowed}){downgrade}; \
-         the API token is only sent to the sender's own origin. If the sender really serves pages from there, \
-         add it to the kind's allowed_origins"
-    )]
-    ForeignOrigin {
-        url: String,
-        allowed: String,
-        downgrade: &'static str,
-    },
-    #[error("{0}")]
-    BadUrl(String),
-}
 
 /// One failed attempt; decides whether another is worth it.
 #[derive(Debug)]
@@ -494,27 +463,6 @@ impl Sender {
 /// Most redirects followed for one request.
 const MAX_REDIRECTS: usize = 5;
 
-/// Characters escaped in an id put into a URL path: everything but RFC 3986's
-/// unreserved characters, so an id is always exactly one path segment.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// `id` as one percent-encoded path segment (`a b` -> `a%20b`, `a/b` -> `a%2Fb`). `.`
-/// and `..` are refused: URL parsers treat them (even percent-encoded) as "this" and
-/// "the parent" segment, so the request would go to another resource.
-fn path_segment(id: &str) -> Result<String, SenderError> {
-    if id == "." || id == ".." {
-        return Err(SenderError::BadUrl(format!(
-            "resource id {id:?} cannot be put in a URL path (it would name another path); \
-             it is left for the next reconcile"
-        )));
-    }
-    Ok(percent_encoding::utf8_percent_encode(id, SEGMENT).to_string())
-}
-
 fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         "timed out".into()
@@ -529,43 +477,5 @@ fn describe(e: &reqwest::Error) -> String {
             src = inner.source();
         }
         s
-    }
-}
-
-/// A response's `Date` (RFC 9110 IMF-fixdate, whole seconds) in microseconds, the unit
-/// of timestamp versions.
-pub fn response_date(value: Option<&str>) -> Result<i64, String> {
-    const NEEDED: &str = "the kind has version_from = \"response_date\", so every list and get response must carry it";
-    let text = value.ok_or_else(|| format!("no Date header; {NEEDED}"))?;
-    let t = chrono::DateTime::parse_from_rfc2822(text.trim())
-        .map_err(|e| format!("Date header {text:?} is not an HTTP date ({e}); {NEEDED}"))?;
-    let micros = t.timestamp_micros();
-    if micros < 0 {
-        return Err(format!("Date header {text:?} is before 1970"));
-    }
-    Ok(micros)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_response_date_is_whole_seconds_in_microseconds_and_its_absence_is_explained() {
-        assert_eq!(
-            response_date(Some("Sun, 06 Nov 1994 08:49:37 GMT")),
-            Ok(784_111_777_000_000)
-        );
-        let missing = response_date(None).unwrap_err();
-        assert!(
-            missing.contains("no Date header") && missing.contains("response_date"),
-            "{missing}"
-        );
-        let garbage = response_date(Some("yesterday")).unwrap_err();
-        assert!(
-            garbage.contains("\"yesterday\" is not an HTTP date"),
-            "{garbage}"
-        );
-        assert!(response_date(Some("Thu, 01 Jan 1900 00:00:00 GMT")).is_err());
     }
 }

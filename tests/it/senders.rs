@@ -2,6 +2,9 @@
 //! APIs (real HTTP servers in the test, `simulator::providers`): webhooks with loss,
 //! duplicates and reordering, then reconcile (and Stripe's catch-up) converge; fetch-time
 //! versions; the providers' rate limits honoured before they refuse.
+//!
+//! Longer than 500 lines on purpose: one scenario per provider behaviour, all sharing the
+//! fixtures at the top (configuration, delivery with faults, the convergence check).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -67,25 +67,6 @@ pub fn claim_many(
     Ok(rows.into_iter().map(|r| (r.source, r.event_id)).collect())
 }
 
-/// Records the final outcome of a claimed event when it was not `applied`.
-pub fn set_event_outcome(
-    conn: &mut Conn,
-    source: &str,
-    event_id: &str,
-    outcome: Outcome,
-) -> diesel::QueryResult<()> {
-    let q = query(
-        conn.backend(),
-        "UPDATE processed_events SET outcome = $3 WHERE source = $1 AND event_id = $2",
-    );
-    on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(event_id)
-        .bind::<Text, _>(outcome.as_str())
-        .execute(c))?;
-    Ok(())
-}
-
 /// Records `outcome` for many claimed events of one source at once.
 pub fn set_event_outcomes(
     conn: &mut Conn,

@@ -173,27 +173,6 @@ pub(super) fn state_text(backend: Backend) -> &'static str {
     }
 }
 
-/// One stored row.
-pub fn stored_resource(
-    conn: &mut Conn,
-    key: ResourceKey<&str>,
-) -> diesel::QueryResult<Option<StoredRow>> {
-    let b = conn.backend();
-    let q = query(
-        b,
-        &format!(
-            "SELECT id, version, deleted, {}, state_digest AS digest FROM resources WHERE source = $1 AND kind = $2 AND id = $3",
-            state_text(b)
-        ),
-    );
-    let mut rows: Vec<StoredRow> = on_conn!(conn, c => q
-        .bind::<Text, _>(key.source)
-        .bind::<Text, _>(key.kind)
-        .bind::<Text, _>(key.id)
-        .load(c))?;
-    Ok(rows.pop())
-}
-
 /// The stored rows of `ids` (one bulk read per call; at most [`MAX_IN_LIST`](super::MAX_IN_LIST) ids).
 pub fn stored_rows(
     conn: &mut Conn,

@@ -11,15 +11,26 @@ use crate::db::DbTime;
 /// Ids per page of the local scan.
 const DELETE_SCAN_PAGE: i64 = 1000;
 
-/// The ids seen by a sweep, as 64-bit hashes: 8 bytes an item whatever the id's length,
-/// in a vector sorted once the sweep is complete (a hash set costs twice that, and
-/// three times while it grows). A collision can only make a deleted row look seen,
-/// which keeps it (the safe side).
+/// Up to this many seen ids are kept exactly (8 bytes each: 16 MiB at most); past it,
+/// [`SeenIds`] becomes a Bloom filter.
+const EXACT_UP_TO: usize = 2_000_000;
+/// The Bloom filter's false-positive rate: the share of deleted rows a sweep keeps.
+const BLOOM_FP_RATE: f64 = 0.001;
+
+/// The ids seen by a sweep that deletion detection asks about: the listed ids of rows
+/// that were live locally (a row the sweep itself wrote is never a candidate, so a first
+/// sync records nothing). Kept as 64-bit hashes, sorted once the sweep is complete
+/// (8 bytes an item whatever the id's length; a hash set costs twice that) up to
+/// [`EXACT_UP_TO`]; a larger kind moves them into a Bloom filter (~1.8 bytes an item at
+/// 0.1%), so a sweep of 10M rows stays within tens of MiB. Both can only err on one
+/// side: a collision or a false positive makes a deleted row look seen, which keeps it
+/// for one more sweep (the hash seed is new each sweep), never tombstones a live one.
 #[derive(Default)]
 pub(super) struct SeenIds {
-    hashes: Vec<u64>,
-    sorted: bool,
     state: std::collections::hash_map::RandomState,
+    exact: Vec<u64>,
+    sorted: bool,
+    bloom: Option<bloomfilter::Bloom<u64>>,
 }
 
 impl SeenIds {
@@ -29,21 +40,77 @@ impl SeenIds {
 
     pub fn insert(&mut self, id: &str) {
         let h = self.hash(id);
-        self.hashes.push(h);
-        self.sorted = false;
+        match &mut self.bloom {
+            Some(bloom) => bloom.set(&h),
+            None => {
+                self.exact.push(h);
+                self.sorted = false;
+            }
+        }
     }
 
-    /// Sorts the hashes for [`Self::contains`]; called once, after the sweep.
+    /// Whether the exact set is full and should become a Bloom filter: the caller then
+    /// counts the kind's live rows and calls [`Self::switch_to_bloom`].
+    pub fn wants_bloom(&self) -> bool {
+        self.bloom.is_none() && self.exact.len() >= EXACT_UP_TO
+    }
+
+    /// Moves the hashes into a Bloom filter sized for `live` rows (with room for rows
+    /// that arrive during the sweep). Stays exact if no filter can be made.
+    pub fn switch_to_bloom(&mut self, live: usize) {
+        let expected = live.max(2 * EXACT_UP_TO) + live / 4;
+        let Ok(mut bloom) = bloomfilter::Bloom::new_for_fp_rate(expected, BLOOM_FP_RATE) else {
+            return;
+        };
+        for h in self.exact.drain(..) {
+            bloom.set(&h);
+        }
+        self.exact = Vec::new();
+        self.bloom = Some(bloom);
+    }
+
+    /// Sorts the exact hashes for [`Self::contains`]; called once, after the sweep.
     pub fn seal(&mut self) {
-        self.hashes.sort_unstable();
-        self.hashes.dedup();
-        self.hashes.shrink_to_fit();
+        self.exact.sort_unstable();
+        self.exact.dedup();
+        self.exact.shrink_to_fit();
         self.sorted = true;
     }
 
     pub fn contains(&self, id: &str) -> bool {
-        debug_assert!(self.sorted, "SeenIds::seal before contains");
-        self.hashes.binary_search(&self.hash(id)).is_ok()
+        let h = self.hash(id);
+        match &self.bloom {
+            Some(bloom) => bloom.check(&h),
+            None => {
+                debug_assert!(self.sorted, "SeenIds::seal before contains");
+                self.exact.binary_search(&h).is_ok()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_and_bloom_never_miss_a_seen_id() {
+        let mut seen = SeenIds::default();
+        for i in 0..1000 {
+            seen.insert(&format!("id-{i}"));
+        }
+        seen.seal();
+        assert!((0..1000).all(|i| seen.contains(&format!("id-{i}"))));
+        assert!((1000..2000).all(|i| !seen.contains(&format!("id-{i}"))));
+        seen.switch_to_bloom(10_000);
+        for i in 1000..5000 {
+            seen.insert(&format!("id-{i}"));
+        }
+        assert!((0..5000).all(|i| seen.contains(&format!("id-{i}"))));
+        let false_positives = (5000..105_000)
+            .filter(|i| seen.contains(&format!("id-{i}")))
+            .count();
+        assert!(false_positives < 1000, "{false_positives} of 100000");
     }
 }
 

@@ -227,8 +227,14 @@ impl Reconciler {
             }
             guard.same_items_as_before(&page.url, changes.iter().map(|l| l.change.id.as_str()))?;
             if detect {
-                for l in &changes {
-                    seen.insert(&l.change.id);
+                // Only rows live before this read can be tombstoned; the local read is
+                // of exactly this page's ids.
+                for row in local.iter().filter(|r| !r.deleted) {
+                    seen.insert(&row.id);
+                }
+                if seen.wants_bloom() {
+                    let live = self.store.count_live(&source.name, &kind.name).await?;
+                    seen.switch_to_bloom(usize::try_from(live).unwrap_or(usize::MAX));
                 }
             }
             at = page.next;

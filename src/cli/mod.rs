@@ -1,6 +1,7 @@
 //! The command line: parse, load the configuration, run one command, return its exit
 //! code. `main` only calls [`run`].
 
+mod generate;
 mod reconcile;
 mod status;
 
@@ -18,9 +19,17 @@ pub const EXIT_CONFIG: u8 = 2;
 /// Exit code when the work failed.
 pub const EXIT_FAILED: u8 = 1;
 
+/// The version `--version` prints: the crate's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WR_GIT_COMMIT"),
+    ")"
+);
+
 /// Keeps a local database exactly in step with the resources a webhook sender owns.
 #[derive(Debug, Parser)]
-#[command(name = "webhook-reconciler", version, about)]
+#[command(name = "webhook-reconciler", version = VERSION, about)]
 pub struct Cli {
     /// Configuration file (TOML). Without it, built-in defaults; environment variables
     /// WEBHOOK_RECONCILER__SECTION__KEY override either.
@@ -89,6 +98,17 @@ pub enum Command {
         /// (check the ids first with --dry-run).
         #[arg(long)]
         allow_mass_delete: bool,
+    },
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, or write one page per command into a directory.
+    Man {
+        /// Write webhook-reconciler.1 and one page per subcommand here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -202,6 +222,21 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
         };
     }
+    // Generated from the definition alone: no configuration is read.
+    let generated = match &cli.command {
+        Command::Completions { shell } => Some(generate::completions(*shell)),
+        Command::Man { dir } => Some(generate::man(dir.as_deref())),
+        _ => None,
+    };
+    if let Some(result) = generated {
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    }
     if let Command::Config = cli.command {
         return match Config::effective_toml(cli.config.as_deref()) {
             Ok(text) => {
@@ -222,7 +257,10 @@ pub async fn run(cli: Cli) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
-        Command::Demo(_) | Command::Config => Ok(ExitCode::SUCCESS), // handled above
+        // Handled above.
+        Command::Demo(_) | Command::Config | Command::Completions { .. } | Command::Man { .. } => {
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Changes {
             after,
             limit,

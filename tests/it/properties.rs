@@ -199,8 +199,7 @@ fn mutated_body(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<u8> {
 async fn thousands_of_random_and_mutated_deliveries_never_get_a_5xx_except_503_with_the_database_down()
  {
     let db = TestDb::new(Backend::Postgres);
-    let target: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let proxy = Proxy::start(target).await;
+    let proxy = Proxy::start(crate::helpers::db::pg_addr().await).await;
     let name = db.pg_name.clone().unwrap();
     let via_proxy = format!("postgres://postgres@{}/{name}", proxy.addr);
     let app = spawn_app_on(db, &via_proxy, "").await;

@@ -426,20 +426,7 @@ async fn health_and_readiness_answer(b: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_postgresql_gone_deliveries_get_503_and_apply_once_it_is_back_without_restart() {
     let db = TestDb::new(Backend::Postgres);
-    let target = reqwest::Url::parse(&db.url).unwrap();
-    let target_addr = format!(
-        "{}:{}",
-        target.host_str().unwrap(),
-        target.port().unwrap_or(5432)
-    );
-    let proxy = Proxy::start(
-        tokio::net::lookup_host(target_addr)
-            .await
-            .unwrap()
-            .next()
-            .unwrap(),
-    )
-    .await;
+    let proxy = Proxy::start(crate::helpers::db::pg_addr().await).await;
     let name = db.pg_name.clone().unwrap();
     let via_proxy = format!("postgres://postgres@{}/{name}", proxy.addr);
     let app: TestApp = spawn_app_on(db, &via_proxy, "").await;

@@ -15,6 +15,13 @@ pub fn pg_server() -> String {
     std::env::var("WR_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 
+/// The PostgreSQL server's socket address, for tests that put a proxy in front of it.
+pub async fn pg_addr() -> std::net::SocketAddr {
+    let url = reqwest::Url::parse(&pg_server()).unwrap();
+    let host = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
+    tokio::net::lookup_host(host).await.unwrap().next().unwrap()
+}
+
 fn pg_admin() -> PgConnection {
     let url = format!("{}/test", pg_server());
     PgConnection::establish(&url).unwrap_or_else(|e| {

@@ -213,20 +213,28 @@ fn rows_by_id(
             state_expr(b)
         )
     };
-    let select = format!(
-        "SELECT id, version, deleted, state_digest AS digest, {state} \
-         FROM resources WHERE source = $1 AND kind = $2 AND "
-    );
+    let columns = format!("id, version, deleted, state_digest AS digest, {state}");
     match conn {
-        // One array parameter: a statement PostgreSQL parses and plans in microseconds,
-        // where an IN list of a thousand parameters costs it milliseconds a page.
-        Conn::Postgres(c) => diesel::sql_query(format!("{select}id = ANY($3)"))
-            .bind::<Text, _>(source)
-            .bind::<Text, _>(kind)
-            .bind::<diesel::sql_types::Array<Text>, _>(ids)
-            .load(c),
+        // One array parameter (parsed and planned in microseconds, where an IN list of a
+        // thousand parameters costs milliseconds a page), looked up id by id: a LATERAL
+        // with LIMIT 1 is always a primary-key probe per id. `id = ANY($3)` is planned
+        // from statistics, and a table that grew since its last ANALYZE (a first sync
+        // outruns autovacuum; some servers run without it) gets a bitmap scan of the
+        // whole kind filtered by the array: 340 ms a page at 500k rows instead of 4.
+        Conn::Postgres(c) => diesel::sql_query(format!(
+            "SELECT r.* FROM (SELECT DISTINCT id FROM unnest($3::text[]) AS t(id)) AS u CROSS JOIN LATERAL \
+             (SELECT {columns} FROM resources WHERE source = $1 AND kind = $2 AND id = u.id LIMIT 1) r"
+        ))
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<diesel::sql_types::Array<Text>, _>(ids)
+        .load(c),
         Conn::Sqlite(c) => {
-            let mut q = query(b, &format!("{select}id IN ({})", in_list(3, ids.len())))
+            let sql = format!(
+                "SELECT {columns} FROM resources WHERE source = $1 AND kind = $2 AND id IN ({})",
+                in_list(3, ids.len())
+            );
+            let mut q = query(b, &sql)
                 .into_boxed()
                 .bind::<Text, _>(source)
                 .bind::<Text, _>(kind);

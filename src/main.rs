@@ -5,5 +5,7 @@ use webhook_reconciler::cli::{Cli, run};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    run(Cli::parse()).await
+    let code = run(Cli::parse()).await;
+    webhook_reconciler::telemetry::shutdown();
+    code
 }

@@ -1,13 +1,27 @@
-//! Logging: human-readable on a terminal, JSON lines for journald and log shippers.
+//! Logging and traces. Logs: human-readable on a terminal, JSON lines for journald and
+//! log shippers. Traces: the same spans (`delivery`, `reconcile`, `push`) exported over
+//! OTLP/HTTP when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`)
+//! is set, configured by the other `OTEL_*` variables the OpenTelemetry SDK reads
+//! (`OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_*`, …); off otherwise.
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, filter};
 
 use crate::config::{LogConfig, LogFormat};
 
-/// Installs the global subscriber. `RUST_LOG` overrides `log.level`. Safe to call more
-/// than once (later calls do nothing).
+const SERVICE: &str = "webhook-reconciler";
+
+static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+/// Installs the global subscriber. `RUST_LOG` overrides `log.level` (for logs; traces
+/// carry this crate's spans at info whatever the log level). Safe to call more than
+/// once (later calls do nothing).
 pub fn init(log: &LogConfig) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&log.level))
@@ -17,12 +31,89 @@ pub fn init(log: &LogConfig) {
         LogFormat::Human => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().flatten_event(true).try_init()
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if json {
+        fmt.json().flatten_event(true).with_filter(filter).boxed()
     } else {
-        builder.try_init()
+        fmt.with_filter(filter).boxed()
     };
+    let traces = otlp_tracer().map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(
+                filter::Targets::new().with_target("webhook_reconciler", tracing::Level::INFO),
+            )
+    });
+    let installed = tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .try_init();
+    if installed.is_ok() && PROVIDER.get().is_some() {
+        tracing::info!("exporting traces over OTLP/HTTP");
+    }
+}
+
+/// Whether the environment asks for trace export: an OTLP endpoint, and neither
+/// `OTEL_SDK_DISABLED=true` nor `OTEL_TRACES_EXPORTER=none`.
+fn export_wanted() -> bool {
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
+    let is = |k: &str, v: &str| std::env::var(k).is_ok_and(|x| x.trim().eq_ignore_ascii_case(v));
+    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        && !is("OTEL_SDK_DISABLED", "true")
+        && !is("OTEL_TRACES_EXPORTER", "none")
+}
+
+/// The OTLP/HTTP tracer, batched on the SDK's own thread, when [`export_wanted`]. A
+/// configuration the exporter refuses is reported and tracing stays off: traces are
+/// not worth refusing to start over.
+fn otlp_tracer() -> Option<opentelemetry_sdk::trace::Tracer> {
+    if !export_wanted() {
+        return None;
+    }
+    let exporter = match opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()
+    {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("OTLP trace export is off: {e}");
+            return None;
+        }
+    };
+    let mut resource = opentelemetry_sdk::Resource::builder();
+    if std::env::var("OTEL_SERVICE_NAME").is_err() {
+        resource = resource.with_service_name(SERVICE);
+    }
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build())
+        .build();
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    let tracer = provider.tracer(SERVICE);
+    let _ = PROVIDER.set(provider);
+    Some(tracer)
+}
+
+/// Makes `span` continue the trace of an incoming W3C `traceparent` (and `tracestate`)
+/// header, when trace export is on and the header is valid.
+pub fn continue_trace(span: &tracing::Span, headers: &http::HeaderMap) {
+    if PROVIDER.get().is_none() || !headers.contains_key("traceparent") {
+        return;
+    }
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let parent = opentelemetry::global::get_text_map_propagator(|p| {
+        p.extract(&opentelemetry_http::HeaderExtractor(headers))
+    });
+    let _ = span.set_parent(parent);
+}
+
+/// Exports the spans still batched; called once on the way out.
+pub fn shutdown() {
+    if let Some(provider) = PROVIDER.get()
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("OTLP trace export: the last spans were not sent: {e}");
+    }
 }

@@ -122,6 +122,7 @@ async fn receive(receiver: &Receiver, max_body: usize, headers: HeaderMap, body:
         .map(|d| d.as_secs() as i64)
         .unwrap_or_default();
     let span = tracing::info_span!("delivery", source = receiver.source());
+    crate::telemetry::continue_trace(&span, &headers);
     let result =
         tracing::Instrument::instrument(receiver.receive(&headers, &bytes, now), span).await;
     reply::delivery(receiver.source(), result, started.elapsed())

@@ -19,4 +19,5 @@ mod reconcile;
 mod senders;
 mod store;
 mod tie_rule;
+mod traces;
 mod webhook_http;

@@ -237,7 +237,10 @@ async fn resolve_conflicts(
         let ResourceKey { source, kind, id } = tokio::select! {
             () = cancel.cancelled() => return,
             next = conflicts.recv() => match next {
-                Some(k) => k,
+                Some(k) => {
+                    crate::observability::conflicts_waiting(-1);
+                    k
+                }
                 None => return,
             },
         };

@@ -26,6 +26,42 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Deliveries handed to the group commit and not yet answered.
+static WRITES_IN_FLIGHT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+/// Conflicts queued for resolution through the sender's `get`, not yet taken.
+static CONFLICTS_WAITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// One delivery in the group commit's queue or transaction, for as long as it lives.
+pub struct InFlightWrite(());
+
+impl InFlightWrite {
+    pub fn start() -> Self {
+        WRITES_IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(())
+    }
+}
+
+impl Drop for InFlightWrite {
+    fn drop(&mut self) {
+        WRITES_IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A conflict entered (+1) or left (-1) the resolution queue.
+pub fn conflicts_waiting(delta: i64) {
+    CONFLICTS_WAITING.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The daemon's in-memory queues (both bounded), as `/readyz` and `/metrics` show them:
+/// what a soak watches for growth.
+pub fn queues() -> serde_json::Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    serde_json::json!({
+        "writes_in_flight": WRITES_IN_FLIGHT.load(Relaxed),
+        "conflicts_waiting": CONFLICTS_WAITING.load(Relaxed),
+    })
+}
+
 /// Counts one handled delivery (any answer), for STATUS=.
 pub fn count_delivery() {
     DELIVERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -147,6 +183,11 @@ pub async fn render(db: &Db, config: &Config) -> String {
             metrics::gauge!("reconcile_overdue", "source" => k.source, "kind" => k.kind)
                 .set(f64::from(u8::from(k.overdue)));
         }
+    }
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        metrics::gauge!("webhook_writes_in_flight").set(WRITES_IN_FLIGHT.load(Relaxed) as f64);
+        metrics::gauge!("conflicts_waiting").set(CONFLICTS_WAITING.load(Relaxed) as f64);
     }
     for (pool, state) in db.pool_states() {
         metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "idle")

@@ -18,6 +18,9 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10 * SECOND);
 // [http]
 pub const LISTEN: &str = "127.0.0.1:8080";
 pub const MAX_BODY: &str = "1MiB";
+/// Deliveries handled at once; more are answered 503 at once. Bounds the memory a
+/// database outage can pile up (each waiting delivery holds its connection and body).
+pub const MAX_IN_FLIGHT: u32 = 256;
 
 // [retention]
 pub const RETENTION_EVERY: Duration = Duration::from_secs(HOUR);

@@ -46,6 +46,7 @@ pub struct RawDatabase {
 pub struct RawHttp {
     pub listen: Option<String>,
     pub max_body: Option<String>,
+    pub max_in_flight: Option<u32>,
     /// Bearer token of `GET /changes`; without it the endpoint does not exist (404).
     pub changes_token: Option<RawSecret>,
 }

@@ -136,6 +136,11 @@ fn bad_durations_sizes_and_addresses_name_their_key() {
         "not a duration",
     );
     has_problem("[http]\nmax_body = \"lots\"", "http.max_body", "not a size");
+    has_problem(
+        "[http]\nmax_in_flight = 0",
+        "http.max_in_flight",
+        "at least 1",
+    );
     has_problem("[http]\nlisten = \"localhost\"", "http.listen", "IP:PORT");
     has_problem(
         "[database]\nurl = \"mysql://x\"",

@@ -62,6 +62,8 @@ impl DatabaseConfig {
 pub struct HttpConfig {
     pub listen: SocketAddr,
     pub max_body: usize,
+    /// Deliveries handled at once; more are answered 503 with `Retry-After`.
+    pub max_in_flight: usize,
     /// Bearer token of `GET /changes`; `None`: the endpoint answers 404.
     pub changes_token: Option<SecretString>,
 }

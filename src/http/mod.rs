@@ -36,15 +36,19 @@ pub struct HttpState {
 
 /// Builds the router: one POST route per source, plus health endpoints.
 pub fn router(state: HttpState) -> Router {
-    let max_body = state.config.http.max_body;
+    let limits = Limits {
+        max_body: state.config.http.max_body,
+        max_in_flight: state.config.http.max_in_flight,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(state.config.http.max_in_flight)),
+    };
     let mut router = Router::new();
     for (path, receiver) in state.receivers {
-        let receiver = Arc::new(receiver);
+        let (receiver, limits) = (Arc::new(receiver), limits.clone());
         router = router.route(
             &path,
             post(move |headers: HeaderMap, body: Body| {
-                let receiver = receiver.clone();
-                async move { receive(&receiver, max_body, headers, body).await }
+                let (receiver, limits) = (receiver.clone(), limits.clone());
+                async move { receive(&receiver, &limits, headers, body).await }
             }),
         );
     }
@@ -104,8 +108,23 @@ pub fn router(state: HttpState) -> Router {
         .layer(DefaultBodyLimit::disable())
 }
 
-async fn receive(receiver: &Receiver, max_body: usize, headers: HeaderMap, body: Body) -> Response {
+/// What bounds a delivery: its body's size, and how many are handled at once (shared by
+/// every source).
+#[derive(Clone)]
+struct Limits {
+    max_body: usize,
+    max_in_flight: usize,
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+async fn receive(receiver: &Receiver, limits: &Limits, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
+    // Refused before the body is read: when the database is slow or gone, deliveries
+    // would otherwise pile up by the thousand, each holding a connection and a body.
+    let Ok(_permit) = limits.in_flight.try_acquire() else {
+        return reply::overloaded(receiver.source(), limits.max_in_flight);
+    };
+    let max_body = limits.max_body;
     let declared = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -210,7 +229,8 @@ async fn readyz(db: &Db, config: &Config) -> Response {
             }
             json_reply(
                 StatusCode::OK,
-                json!({"status": "ready", "database": "ok", "reconcile": kinds, "consumers": consumers}),
+                json!({"status": "ready", "database": "ok", "reconcile": kinds, "consumers": consumers,
+                    "queues": crate::observability::queues()}),
             )
         }
         Ok(false) => json_reply(
@@ -219,7 +239,7 @@ async fn readyz(db: &Db, config: &Config) -> Response {
         ),
         Err(e) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "not ready", "database": e.to_string()}),
+            json!({"status": "not ready", "database": e.to_string(), "queues": crate::observability::queues()}),
         ),
     }
 }

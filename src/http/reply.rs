@@ -30,6 +30,24 @@ fn count(source: &str, result: &'static str, took: Option<Duration>) {
     }
 }
 
+pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
+    count(source, "overloaded", None);
+    tracing::warn!(
+        source,
+        max_in_flight,
+        "delivery refused: http.max_in_flight deliveries are already being handled; the sender will retry"
+    );
+    let mut r = error_reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "{max_in_flight} deliveries are already being handled (http.max_in_flight); retry later"
+        ),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    r
+}
+
 pub fn too_large(source: &str, max_body: usize) -> Response {
     count(source, "too_large", None);
     tracing::warn!(

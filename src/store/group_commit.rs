@@ -52,6 +52,7 @@ impl GroupCommit {
     }
 
     pub async fn submit(&self, delivery: Delivery) -> Result<Outcome, DbError> {
+        let _in_flight = crate::observability::InFlightWrite::start();
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Job { delivery, reply })

@@ -201,7 +201,9 @@ impl Receiver {
         let (outcome, key) = self.accept(env, body).await?;
         if let (Outcome::Conflict, Some(tx), Some(key)) = (outcome, &self.conflicts, key) {
             // A full queue drops the request: the next reconcile resolves it anyway.
-            let _ = tx.try_send(key);
+            if tx.try_send(key).is_ok() {
+                crate::observability::conflicts_waiting(1);
+            }
         }
         Ok((outcome, id))
     }

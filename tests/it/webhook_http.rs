@@ -479,3 +479,62 @@ async fn with_the_sqlite_file_locked_by_another_writer_deliveries_get_503_then_a
     );
     assert_eq!(app.db.count("resources"), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_max_in_flight_deliveries_get_503_at_once_and_apply_when_retried() {
+    let db = TestDb::new(Backend::Sqlite);
+    let toml = crate::helpers::config_toml(&db.url, "busy_timeout = \"20s\"").replace(
+        "max_body = \"64KiB\"",
+        "max_body = \"64KiB\"\nmax_in_flight = 2",
+    );
+    let app = crate::helpers::spawn_app_with(db, &toml).await;
+    let lock = app.db.lock_sqlite();
+    // Two deliveries wait on the locked file; they hold both places.
+    let waiting: Vec<_> = (1..=2)
+        .map(|i| {
+            let body = refund_event(&format!("e{i}"), &format!("re_{i}")).to_string();
+            let ts = now();
+            let sig =
+                sign::hmac_sha256(crate::helpers::SHOP_SECRET.as_bytes(), ts, body.as_bytes());
+            let req = app
+                .client
+                .post(app.url("/webhooks/shop"))
+                .header("X-Signature", sig)
+                .header("X-Signature-Timestamp", ts.to_string())
+                .body(body);
+            tokio::spawn(req.send())
+        })
+        .collect();
+    let full = eventually(Duration::from_secs(10), || async {
+        let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+        r.json::<Value>().await.unwrap()["queues"]["writes_in_flight"] == 2
+    })
+    .await;
+    assert!(full, "/readyz never showed the two deliveries in flight");
+    let started = std::time::Instant::now();
+    let r = app.post_shop(&refund_event("e3", "re_3")).await;
+    assert_eq!(r.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once, not after the busy timeout"
+    );
+    assert!(r.headers().get("retry-after").is_some());
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("http.max_in_flight"),
+        "{body}"
+    );
+    drop(lock);
+    for w in waiting {
+        assert_eq!(w.await.unwrap().unwrap().status(), 200);
+    }
+    assert_eq!(
+        app.deliver(&refund_event("e3", "re_3")).await,
+        (200, json!({"outcome": "applied"}))
+    );
+    assert_eq!(app.db.count("resources"), 3);
+    assert_eq!(app.db.count("processed_events"), 3);
+}

@@ -154,6 +154,13 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             0
         }
     };
+    let max_in_flight = raw.http.max_in_flight.unwrap_or(defaults::MAX_IN_FLIGHT);
+    if max_in_flight == 0 {
+        c.fail(
+            "http.max_in_flight",
+            "must be at least 1 (deliveries handled at once; default 256)",
+        );
+    }
     let r = &raw.retention;
     let batch = r.batch.unwrap_or(defaults::RETENTION_BATCH);
     if batch == 0 || batch > defaults::MAX_RETENTION_BATCH {
@@ -281,6 +288,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             http: HttpConfig {
                 listen,
                 max_body,
+                max_in_flight: max_in_flight as usize,
                 changes_token,
             },
             retention,

@@ -46,9 +46,9 @@ throwaway_postgres_start() {
     # A port something already listens on answers the connect: take another.
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
     # Durability off: the cluster is thrown away; the tests check results, not crashes.
+    THROWAWAY_PG_OPTS="-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     if "${run_as[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
-        start >/dev/null; then
+        -o "$THROWAWAY_PG_OPTS" start >/dev/null; then
       "$bindir/createdb" -h 127.0.0.1 -p "$port" -U postgres test
       export WR_TEST_PG="postgres://postgres@127.0.0.1:$port"
       echo "throwaway PostgreSQL $("$bindir/postgres" --version | awk '{print $NF}') on 127.0.0.1:$port (data in $dir)" >&2
@@ -58,6 +58,18 @@ throwaway_postgres_start() {
   echo "could not start a throwaway PostgreSQL; its log:" >&2
   cat "$dir/server.log" >&2 2>/dev/null
   return 1
+}
+
+# Shell commands that stop the running throwaway cluster and start it again (for a
+# test of the database going away).
+throwaway_postgres_stop_cmd() {
+  printf '%s ' "${THROWAWAY_PG_RUN_AS[@]}"
+  printf '%q -D %q -m fast -w stop' "$THROWAWAY_PG_BINDIR/pg_ctl" "$THROWAWAY_PG_DIR/data"
+}
+throwaway_postgres_start_cmd() {
+  printf '%s ' "${THROWAWAY_PG_RUN_AS[@]}"
+  printf '%q -D %q -l %q -w -t 60 -o %q start' "$THROWAWAY_PG_BINDIR/pg_ctl" \
+    "$THROWAWAY_PG_DIR/data" "$THROWAWAY_PG_DIR/server.log" "$THROWAWAY_PG_OPTS"
 }
 
 throwaway_postgres_stop() {

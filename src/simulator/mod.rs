@@ -76,6 +76,24 @@ pub enum Quirk {
     RedirectTo(String),
     /// List request number `n` (1-based, all kinds) is answered after `delay`.
     SlowRequest { n: u64, delay: std::time::Duration },
+    /// Every list and get request is answered with this fault, until cleared (an
+    /// outage, a rate limit that lasts).
+    Outage(Fault),
+    /// Every list and get request is answered after this delay, until cleared.
+    Slow(std::time::Duration),
+}
+
+/// The outage and the delay the quirks put on every request.
+fn standing_faults(quirks: &[Quirk]) -> (Option<Fault>, Option<std::time::Duration>) {
+    let outage = quirks.iter().find_map(|q| match q {
+        Quirk::Outage(f) => Some(f.clone()),
+        _ => None,
+    });
+    let slow = quirks.iter().find_map(|q| match q {
+        Quirk::Slow(d) => Some(*d),
+        _ => None,
+    });
+    (outage, slow)
 }
 
 #[derive(Default)]
@@ -290,13 +308,19 @@ async fn list(
         if let Some(base) = redirect {
             return axum::response::Redirect::temporary(&format!("{base}{uri}")).into_response();
         }
-        w.quirks.iter().find_map(|q| match q {
+        let (outage, slow) = standing_faults(&w.quirks);
+        let once = w.quirks.iter().find_map(|q| match q {
             Quirk::SlowRequest { n: slow, delay } if *slow == n => Some(*delay),
             _ => None,
-        })
+        });
+        (outage, once.or(slow))
     };
+    let (outage, delay) = delay;
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
+    }
+    if let Some(fault) = outage {
+        return fault_response(fault);
     }
     list_page(&world, &kind, &q, &uri, &headers)
 }
@@ -461,10 +485,20 @@ async fn get_one(
     Path((kind, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let mut w = lock(&world);
-    w.get_requests += 1;
-    w.authorizations.push(authorization(&headers));
-    w.get_paths.push(id.clone());
+    let (outage, slow) = {
+        let mut w = lock(&world);
+        w.get_requests += 1;
+        w.authorizations.push(authorization(&headers));
+        w.get_paths.push(id.clone());
+        standing_faults(&w.quirks)
+    };
+    if let Some(delay) = slow {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(fault) = outage {
+        return fault_response(fault);
+    }
+    let w = lock(&world);
     match w.kinds.get(&kind) {
         Some((_, Listing::Stored(items))) => match items.get(&id) {
             Some(item) => axum::Json(SimSender::item_json(&id, item)).into_response(),

@@ -1,0 +1,104 @@
+//! What the soak samples from outside the daemon, as an operator would: /proc (RSS,
+//! descriptors, threads), PostgreSQL's pg_stat_activity (connections) and `/readyz`'s
+//! queue depths; and the arithmetic over the samples.
+
+use diesel::sql_types::BigInt;
+use diesel::{Connection, PgConnection, RunQueryDsl};
+
+/// One sample of the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at: f64,
+    pub rss_mib: f64,
+    pub fds: f64,
+    pub threads: f64,
+    pub connections: f64,
+    pub writes_in_flight: f64,
+    pub conflicts_waiting: f64,
+}
+
+fn status_field(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn fds(pid: u32) -> f64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(f64::NAN, |d| d.count() as f64)
+}
+
+pub fn scalar_pg(url: &str, sql: &str) -> Option<i64> {
+    #[derive(diesel::QueryableByName)]
+    struct V {
+        #[diesel(sql_type = BigInt)]
+        v: i64,
+    }
+    let mut c = PgConnection::establish(url).ok()?;
+    diesel::sql_query(sql)
+        .get_result::<V>(&mut c)
+        .ok()
+        .map(|v| v.v)
+}
+
+/// Samples the daemon `pid` now; `pg` is (server URL, database name) on PostgreSQL.
+pub async fn sample(
+    at: f64,
+    pid: u32,
+    pg: Option<(&str, &str)>,
+    client: &reqwest::Client,
+    readyz: &str,
+) -> Sample {
+    let connections = pg
+        .and_then(|(server, name)| {
+            scalar_pg(
+                &format!("{server}/test"),
+                &format!("SELECT COUNT(*) AS v FROM pg_stat_activity WHERE datname = '{name}'"),
+            )
+        })
+        .map_or(f64::NAN, |n| n as f64);
+    let queues = match client.get(readyz).send().await {
+        Ok(r) => r.json::<serde_json::Value>().await.unwrap_or_default()["queues"].clone(),
+        Err(_) => serde_json::Value::Null,
+    };
+    let q = |k: &str| queues[k].as_f64().unwrap_or(f64::NAN);
+    Sample {
+        at,
+        rss_mib: status_field(pid, "VmRSS:") / 1024.0,
+        fds: fds(pid),
+        threads: status_field(pid, "Threads:"),
+        connections,
+        writes_in_flight: q("writes_in_flight"),
+        conflicts_waiting: q("conflicts_waiting"),
+    }
+}
+
+/// Least-squares slope of `y` over `at` (seconds), per hour; NaN samples are left out.
+pub fn slope_per_hour(samples: &[Sample], y: fn(&Sample) -> f64) -> f64 {
+    let pts: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|s| (s.at, y(s)))
+        .filter(|(_, v)| v.is_finite())
+        .collect();
+    let n = pts.len() as f64;
+    if n < 2.0 {
+        return f64::NAN;
+    }
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let cov: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let var: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    3600.0 * cov / var
+}
+
+/// The `q` quantile (0..1) of `values` (sorted here).
+pub fn quantile(values: &mut [f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    values[((values.len() as f64 * q) as usize).min(values.len() - 1)]
+}

@@ -25,7 +25,7 @@
 //! Options: --seconds S per backend (default 1200), --backend postgres|sqlite|both
 //! (default both), --rate R changes/s (default 300), --no-faults, --sample-every S
 //! (default 5), --check (exit 1 unless flat: the second cycle of faults not taking RSS
-//! above the first one's peak (+10%, at least 4 MiB), descriptors and threads back at
+//! above the first one's peak (+25%, at least 8 MiB), descriptors and threads back at
 //! their pre-fault level, connections within the pool's bound, every fault recovered,
 //! no 5xx to a bad delivery, exactly-once), --max-rss-slope M (also fail on an RSS
 //! slope over M MiB/h over the second half; the target of a 20-minute run is 1). PostgreSQL server:
@@ -432,7 +432,10 @@ fn report(
     };
     let first = windows.first().map_or(0.0, |w| w.start);
     let (peak1, peak2) = (peak(first, warm), peak(warm, f64::INFINITY));
-    let allowed = peak1 + (peak1 * 0.1).max(4.0);
+    // Generous: a database outage with its retry storm leaves a step of a few MiB (the
+    // 20-minute soak saw 5 to 15 MiB after a 30 s outage; see issue 15's note); this
+    // catches gross growth, the long soak measures the rest.
+    let allowed = peak1 + (peak1 * 0.25).max(8.0);
     println!(
         "RSS peak: {peak1:.1} MiB over the first cycle of faults, {peak2:.1} MiB over the second (at most {allowed:.1} allowed)"
     );

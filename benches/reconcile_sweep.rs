@@ -38,6 +38,12 @@ use webhook_reconciler::simulator::{Generated, SimSender, Style};
 
 const PAGE_SIZE: u64 = 1000;
 
+// The sender process builds and serialises a thousand JSON items a page; with the
+// daemon's allocator it costs the machine (2 cores, shared with the reconciler and
+// PostgreSQL) half the CPU.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn pg_server() -> String {
     std::env::var("WR_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }

@@ -36,7 +36,8 @@ pub fn check_state(v: &Value) -> Result<(), String> {
         Value::String(s) if s.contains('\0') => {
             Err("it contains a NUL character (\\u0000), which cannot be stored".into())
         }
-        Value::Number(n) => check_number(&n.to_string()),
+        // The number's text as the sender wrote it (arbitrary_precision): no copy.
+        Value::Number(n) => check_number(n.as_str()),
         Value::Array(items) => items.iter().try_for_each(check_state),
         Value::Object(map) => map.iter().try_for_each(|(k, v)| {
             if k.contains('\0') {
@@ -61,6 +62,11 @@ pub fn check_number(text: &str) -> Result<(), String> {
              ({MAX_INTEGER_DIGITS} digits before the point, {MAX_FRACTION_DIGITS} after)"
         )
     };
+    // Without an exponent a number has no more digits on either side of the point than
+    // characters: the common case needs no counting (and no allocation).
+    if text.len() <= MAX_FRACTION_DIGITS as usize && !text.contains(['e', 'E']) {
+        return Ok(());
+    }
     let unsigned = text.strip_prefix('-').unwrap_or(text);
     let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
         Some(i) => {

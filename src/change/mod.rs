@@ -275,7 +275,9 @@ pub fn state_digest(canonical: &str) -> i64 {
 
 /// serde_json's map is ordered by key, so serialising a parsed value is canonical.
 pub fn canonical_json(v: &Value) -> String {
-    v.to_string()
+    // `to_string` writes into one byte buffer; `Value`'s `Display` would go through
+    // `fmt::Write` a token at a time.
+    serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
 }
 
 /// Reads a [`Change`] out of `doc` with the given pointers.

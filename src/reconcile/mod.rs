@@ -127,7 +127,7 @@ enum RunError {
          Fix the kind's pointers if the listing changed shape, or report the item to the sender"
     )]
     SkippedItems { count: i64, first: String },
-    #[error("page fetch task: {0}")]
+    #[error("a reconcile page task failed: {0}")]
     FetchTask(String),
     #[error("no sender for source {0}")]
     NoSender(String),

@@ -144,13 +144,15 @@ impl Reconciler {
             (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
             _ => None,
         };
-        // Three stages, each a page ahead of the next, joined by channels of one page:
-        // the fetcher pages through the listing (the sender's latency), the reader
-        // reads each page's items into changes and the page's local rows (our parsing,
-        // the database's read), and this loop compares and writes, in page order. At
-        // most four pages are in memory. A read taken before the previous page's
-        // commit may miss that commit; the guarded write re-checks in SQL, so the
-        // compare can only propose, never regress.
+        // Three stages joined by channels of one page: the fetcher pages through the
+        // listing (the sender's latency and the page's JSON; the next request needs
+        // this page's cursor, so one at a time), the reader starts each page's read on
+        // its own task (its items into changes, then its local rows: our parsing and
+        // the database's read, which for consecutive pages run side by side on their
+        // own connections), and this loop awaits the reads in page order, compares and
+        // writes. At most three reads run at once and six pages are in memory. A read
+        // taken before an earlier page's commit may miss that commit; the guarded write
+        // re-checks in SQL, so the compare can only propose, never regress.
         let (pages_tx, mut pages_rx) = tokio::sync::mpsc::channel(1);
         let _fetcher = AbortOnDropHandle::new(tokio::spawn(fetch_pages(
             sender.clone(),
@@ -164,11 +166,12 @@ impl Reconciler {
             let (store, source, kind) = (self.store.clone(), source.name.clone(), kind.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
                 while let Some(fetched) = pages_rx.recv().await {
-                    let read = match fetched {
-                        Ok(page) => read_page(&store, &source, &kind, page).await,
-                        Err(e) => Err(e),
-                    };
-                    let failed = read.is_err();
+                    let failed = fetched.is_err();
+                    let (store, source, kind) = (store.clone(), source.clone(), kind.clone());
+                    // Dropped with the channel when the run stops: the read is aborted.
+                    let read = AbortOnDropHandle::new(tokio::spawn(async move {
+                        read_page(&store, &source, &kind, fetched?).await
+                    }));
                     if read_tx.send(read).await.is_err() || failed {
                         break;
                     }
@@ -185,6 +188,7 @@ impl Reconciler {
             let Some(read) = read_rx.recv().await else {
                 break;
             };
+            let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
             let (page, read, local) = read?;
             if kind.name == CATCHUP_KIND {
                 let ids = page.items.iter().filter_map(|i| i.get("id")?.as_str());

@@ -41,8 +41,14 @@ throwaway_postgres_start() {
       --encoding=UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1; then
     echo "initdb failed:" >&2; cat "$dir/initdb.log" >&2; return 1
   fi
+  # Below the kernel's ephemeral range: a client retrying a connect while the server is
+  # down (the soak stops it) can be given the server's own port as its source port and
+  # connect to itself, and the restarted server then cannot bind (CI saw pg_ctl fail so).
+  local low
+  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$low" -gt 21000 ] 2>/dev/null || low=32768
   for attempt in 1 2 3 4 5; do
-    port=$((20000 + RANDOM % 30000))
+    port=$((20000 + RANDOM % (low - 20000)))
     # A port something already listens on answers the connect: take another.
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi
     # Durability off: the cluster is thrown away; the tests check results, not crashes.
@@ -66,10 +72,14 @@ throwaway_postgres_stop_cmd() {
   printf '%s ' "${THROWAWAY_PG_RUN_AS[@]}"
   printf '%q -D %q -m fast -w stop' "$THROWAWAY_PG_BINDIR/pg_ctl" "$THROWAWAY_PG_DIR/data"
 }
+# A start that fails prints the server log's tail and is tried again (three times).
 throwaway_postgres_start_cmd() {
-  printf '%s ' "${THROWAWAY_PG_RUN_AS[@]}"
-  printf '%q -D %q -l %q -w -t 60 -o %q start' "$THROWAWAY_PG_BINDIR/pg_ctl" \
-    "$THROWAWAY_PG_DIR/data" "$THROWAWAY_PG_DIR/server.log" "$THROWAWAY_PG_OPTS"
+  local start
+  start=$(printf '%s ' "${THROWAWAY_PG_RUN_AS[@]}"
+    printf '%q -D %q -l %q -w -t 60 -o %q start' "$THROWAWAY_PG_BINDIR/pg_ctl" \
+      "$THROWAWAY_PG_DIR/data" "$THROWAWAY_PG_DIR/server.log" "$THROWAWAY_PG_OPTS")
+  printf 'for try in 1 2 3; do %s && exit 0; echo "PostgreSQL did not start (try $try); its log ends:" >&2; tail -n 15 %q >&2; sleep 2; done; exit 1' \
+    "$start" "$THROWAWAY_PG_DIR/server.log"
 }
 
 throwaway_postgres_stop() {

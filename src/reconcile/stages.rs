@@ -81,14 +81,24 @@ pub(super) enum ReadItem {
 fn read_items(
     source: &str,
     kind: &KindConfig,
-    items: Vec<serde_json::Value>,
+    items: Vec<Box<serde_json::value::RawValue>>,
     date: Option<i64>,
 ) -> Vec<ReadItem> {
     let pointers = item_pointers(kind);
     items
         .into_iter()
         .enumerate()
-        .map(|(index, item)| {
+        .map(|(index, raw)| {
+            let item: serde_json::Value = match serde_json::from_str(raw.get()) {
+                Ok(item) => item,
+                Err(e) => {
+                    return ReadItem::Unreadable {
+                        index,
+                        id: None,
+                        reason: format!("not JSON: {e}"),
+                    };
+                }
+            };
             let read = pointers
                 .read(&item, source, &kind.name)
                 .map(|mut c| {

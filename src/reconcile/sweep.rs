@@ -191,9 +191,18 @@ impl Reconciler {
             let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
             let (page, read, local) = read?;
             if kind.name == CATCHUP_KIND {
-                let ids = page.items.iter().filter_map(|i| i.get("id")?.as_str());
+                let events = page
+                    .items
+                    .iter()
+                    .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| SenderError::BadPage {
+                        url: page.url.clone(),
+                        reason: format!("an event is not JSON: {e}"),
+                    })?;
+                let ids = events.iter().filter_map(|i| i.get("id")?.as_str());
                 guard.same_items_as_before(&page.url, ids)?;
-                self.catchup_page(run, &page.url, page.items, run_id, &mut watermark)
+                self.catchup_page(run, &page.url, events, run_id, &mut watermark)
                     .await?;
                 (run.progress)(&run.report.counts);
                 at = page.next;

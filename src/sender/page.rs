@@ -1,7 +1,10 @@
 //! Reading one page of a list endpoint: its items and where the next page is, for the
 //! three pagination styles. Pure: the HTTP response comes in as status-free parts.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::config::{KindConfig, Pagination};
 
@@ -38,13 +41,13 @@ impl Next {
     }
 }
 
-/// One page: its items (JSON values, read later with the kind's pointers) and the next
-/// position.
+/// One page: its items (their JSON text, checked but not yet parsed: each is parsed and
+/// read with the kind's pointers later, off the fetcher's path) and the next position.
 #[derive(Debug)]
 pub struct Page {
     /// The URL this page was fetched from (for error messages about its items).
     pub url: String,
-    pub items: Vec<Value>,
+    pub items: Vec<Box<RawValue>>,
     pub next: Option<Next>,
     /// The response's `Date` in microseconds, read for kinds versioned by it.
     pub date: Option<i64>,
@@ -58,21 +61,10 @@ pub fn parse_page(
     body: &[u8],
     links: &[&str],
 ) -> Result<Page, String> {
-    let mut doc: Value =
-        serde_json::from_slice(body).map_err(|e| format!("page is not JSON: {e}"))?;
-    // The cursor and has_more are read before the items are moved out of the page.
-    let next_cursor = doc.pointer(&kind.next_cursor).cloned();
-    let has_more = doc.pointer(&kind.has_more).cloned();
-    let items = match doc.pointer_mut(&kind.items).map(Value::take) {
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(format!("items pointer {:?} is not an array", kind.items)),
-        None => {
-            return Err(format!(
-                "items pointer {:?} matches nothing in the page",
-                kind.items
-            ));
-        }
-    };
+    let doc = Document::read(body)?;
+    let next_cursor = doc.at(&kind.next_cursor)?;
+    let has_more = doc.at(&kind.has_more)?;
+    let items = doc.items(&kind.items)?;
     let next = match kind.pagination {
         Pagination::Cursor => match next_cursor.as_ref() {
             None | Some(Value::Null) => None,
@@ -94,7 +86,9 @@ pub fn parse_page(
                 let last = items
                     .last()
                     .ok_or("has_more is true but the page has no items")?;
-                let id = crate::change::read_id(last, &kind.id).map_err(|e| e.to_string())?;
+                let last: Value = serde_json::from_str(last.get())
+                    .map_err(|e| format!("the last item is not JSON: {e}"))?;
+                let id = crate::change::read_id(&last, &kind.id).map_err(|e| e.to_string())?;
                 Some(Next::StartingAfter(id))
             }
             Some(Value::Bool(false)) | None | Some(Value::Null) => None,
@@ -107,6 +101,78 @@ pub fn parse_page(
         next,
         date: None,
     })
+}
+
+/// A page body with its top level read and everything below it left as JSON text, so the
+/// fetcher only scans the page's items (the next request waits on the page's position
+/// alone); a body whose top level is not an object is read whole.
+enum Document {
+    Object(BTreeMap<String, Box<RawValue>>),
+    Whole(Value),
+}
+
+impl Document {
+    fn read(body: &[u8]) -> Result<Document, String> {
+        let not_json = |e: serde_json::Error| format!("page is not JSON: {e}");
+        match serde_json::from_slice(body) {
+            Ok(top) => Ok(Document::Object(top)),
+            Err(_) => serde_json::from_slice(body)
+                .map(Document::Whole)
+                .map_err(not_json),
+        }
+    }
+
+    /// The value at a JSON pointer; below the top level it is parsed (small values:
+    /// cursors and flags; items only when a kind points inside another object).
+    fn at(&self, pointer: &str) -> Result<Option<Value>, String> {
+        match self {
+            Document::Whole(doc) => Ok(doc.pointer(pointer).cloned()),
+            Document::Object(top) => {
+                let Some((first, rest)) = split_pointer(pointer) else {
+                    return Ok(None);
+                };
+                let Some(raw) = top.get(&first) else {
+                    return Ok(None);
+                };
+                let v: Value = serde_json::from_str(raw.get())
+                    .map_err(|e| format!("{pointer:?} is not JSON: {e}"))?;
+                Ok(v.pointer(rest).cloned())
+            }
+        }
+    }
+
+    fn items(&self, pointer: &str) -> Result<Vec<Box<RawValue>>, String> {
+        let not_array = || format!("items pointer {pointer:?} is not an array");
+        let missing = || format!("items pointer {pointer:?} matches nothing in the page");
+        if pointer.is_empty() && matches!(self, Document::Object(_)) {
+            return Err(not_array());
+        }
+        // The common case, items one level down: scanned, not parsed.
+        if let (Document::Object(top), Some((first, ""))) = (self, split_pointer(pointer)) {
+            let raw = top.get(&first).ok_or_else(missing)?;
+            return serde_json::from_str(raw.get()).map_err(|_| not_array());
+        }
+        match self.at(pointer)? {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(serde_json::value::to_raw_value)
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string()),
+            Some(_) => Err(not_array()),
+            None => Err(missing()),
+        }
+    }
+}
+
+/// A JSON pointer's first reference token (unescaped) and the pointer below it; `None`
+/// for the empty pointer or one that does not start with `/`.
+fn split_pointer(pointer: &str) -> Option<(String, &str)> {
+    let rest = pointer.strip_prefix('/')?;
+    let (first, below) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    Some((first.replace("~1", "/").replace("~0", "~"), below))
 }
 
 #[cfg(test)]

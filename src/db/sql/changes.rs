@@ -4,7 +4,7 @@
 use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, Text};
 
-use super::{in_list, minus_seconds, query, ts_text};
+use super::{in_list, minus_seconds, prepared, query, ts_text};
 use crate::config::Backend;
 use crate::db::{Conn, on_conn};
 
@@ -31,7 +31,7 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
         b,
         &format!("SELECT COUNT(*) AS n FROM change_pending{mine}"),
     );
-    let n = on_conn!(conn, c => q.get_result::<Count>(c))?.n;
+    let n = on_conn!(conn, c => prepared(q).get_result::<Count>(c))?.n;
     if n == 0 {
         // No lock taken: a transaction that changed nothing does not wait for others.
         return Ok(0);
@@ -40,7 +40,7 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
         b,
         "UPDATE change_seq SET last = last + $1 RETURNING last AS n",
     );
-    let last = on_conn!(conn, c => q.bind::<BigInt, _>(n).get_result::<Count>(c))?.n;
+    let last = on_conn!(conn, c => prepared(q.bind::<BigInt, _>(n)).get_result::<Count>(c))?.n;
     let q = query(
         b,
         &format!(
@@ -49,9 +49,9 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
          FROM change_pending{mine}"
         ),
     );
-    on_conn!(conn, c => q.bind::<BigInt, _>(last - n).execute(c))?;
+    on_conn!(conn, c => prepared(q.bind::<BigInt, _>(last - n)).execute(c))?;
     let q = query(b, &format!("DELETE FROM change_pending{mine}"));
-    on_conn!(conn, c => q.execute(c))?;
+    on_conn!(conn, c => prepared(q).execute(c))?;
     Ok(n)
 }
 

@@ -1,9 +1,10 @@
 //! `processed_events` (the claim that makes a delivery idempotent) and `dead_letters`.
 
 use diesel::RunQueryDsl;
-use diesel::sql_types::Text;
+use diesel::sql_types::{Array, Text};
 
-use super::{now, query};
+use super::{now, prepared, query};
+use crate::config::Backend;
 use crate::db::{Conn, on_conn};
 use crate::store::Outcome;
 
@@ -52,18 +53,41 @@ pub fn claim_many(
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let q = query(conn.backend(), &claim_sql(claims.len()));
-    let rows: Vec<ClaimedRow> = on_conn!(conn, c => {
-        let mut q = q.into_boxed();
-        for cl in claims {
-            q = q
-                .bind::<Text, _>(cl.source)
-                .bind::<Text, _>(cl.event_id)
-                .bind::<Text, _>(cl.event_type)
-                .bind::<Text, _>(cl.outcome.as_str());
+    let rows: Vec<ClaimedRow> = match conn {
+        // Four array parameters: one text for any number of claims, prepared once.
+        // `unnest` yields the rows in array order, so the locks are taken in the
+        // callers' order.
+        Conn::Postgres(c) => {
+            let sources: Vec<&str> = claims.iter().map(|c| c.source).collect();
+            let ids: Vec<&str> = claims.iter().map(|c| c.event_id).collect();
+            let types: Vec<&str> = claims.iter().map(|c| c.event_type).collect();
+            let outcomes: Vec<&str> = claims.iter().map(|c| c.outcome.as_str()).collect();
+            prepared(
+                query(
+                    Backend::Postgres,
+                    "INSERT INTO processed_events (source, event_id, event_type, outcome) \
+                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+                     ON CONFLICT (source, event_id) DO NOTHING RETURNING source, event_id",
+                )
+                .bind::<Array<Text>, _>(sources)
+                .bind::<Array<Text>, _>(ids)
+                .bind::<Array<Text>, _>(types)
+                .bind::<Array<Text>, _>(outcomes),
+            )
+            .load(c)?
         }
-        q.load(c)
-    })?;
+        Conn::Sqlite(c) => {
+            let mut q = query(Backend::Sqlite, &claim_sql(claims.len())).into_boxed();
+            for cl in claims {
+                q = q
+                    .bind::<Text, _>(cl.source)
+                    .bind::<Text, _>(cl.event_id)
+                    .bind::<Text, _>(cl.event_type)
+                    .bind::<Text, _>(cl.outcome.as_str());
+            }
+            q.load(c)?
+        }
+    };
     Ok(rows.into_iter().map(|r| (r.source, r.event_id)).collect())
 }
 
@@ -77,23 +101,32 @@ pub fn set_event_outcomes(
     if event_ids.is_empty() {
         return Ok(());
     }
-    let q = query(
-        conn.backend(),
-        &format!(
-            "UPDATE processed_events SET outcome = $1 WHERE source = $2 AND event_id IN ({})",
-            super::in_list(3, event_ids.len())
-        ),
-    );
-    on_conn!(conn, c => {
-        let mut q = q
-            .into_boxed()
+    match conn {
+        Conn::Postgres(c) => prepared(
+            query(
+                Backend::Postgres,
+                "UPDATE processed_events SET outcome = $1 WHERE source = $2 AND event_id = ANY($3::text[])",
+            )
             .bind::<Text, _>(outcome.as_str())
-            .bind::<Text, _>(source);
-        for id in event_ids {
-            q = q.bind::<Text, _>(*id);
+            .bind::<Text, _>(source)
+            .bind::<Array<Text>, _>(event_ids),
+        )
+        .execute(c)?,
+        Conn::Sqlite(c) => {
+            let sql = format!(
+                "UPDATE processed_events SET outcome = $1 WHERE source = $2 AND event_id IN ({})",
+                super::in_list(3, event_ids.len())
+            );
+            let mut q = query(Backend::Sqlite, &sql)
+                .into_boxed()
+                .bind::<Text, _>(outcome.as_str())
+                .bind::<Text, _>(source);
+            for id in event_ids {
+                q = q.bind::<Text, _>(*id);
+            }
+            q.execute(c)?
         }
-        q.execute(c)
-    })?;
+    };
     Ok(())
 }
 

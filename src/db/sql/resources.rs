@@ -2,9 +2,9 @@
 //! compare step need, and deletion detection's scan and tombstones.
 
 use diesel::RunQueryDsl;
-use diesel::sql_types::{BigInt, Bool, Nullable, Text};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 
-use super::{in_list, now, query, ts_param};
+use super::{in_list, now, prepared, query, ts_param};
 use crate::change::tie::Guard;
 use crate::change::{Change, Origin, ResourceKey};
 use crate::config::{Action, Backend};
@@ -112,28 +112,75 @@ pub fn upsert_many(
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let b = conn.backend();
-    let q = query(b, &upsert_sql(b, rows.len(), guard, true));
-    let written: Vec<KeyRow> = on_conn!(conn, c => {
-        let mut q = q.into_boxed();
-        for (ch, event_id) in rows {
-            q = q
-                .bind::<Text, _>(ch.source.as_str())
-                .bind::<Text, _>(ch.kind.as_str())
-                .bind::<Text, _>(ch.id.as_str())
-                .bind::<BigInt, _>(ch.version)
-                .bind::<Nullable<Text>, _>(ch.state.as_deref())
-                .bind::<Bool, _>(ch.action == Action::Delete)
-                .bind::<Text, _>(origin.as_str())
-                .bind::<Nullable<Text>, _>(*event_id)
-                .bind::<Nullable<BigInt>, _>(ch.state.as_deref().map(crate::change::state_digest));
+    let written: Vec<KeyRow> = match conn {
+        // One array per column: one text for any number of rows, prepared once per
+        // connection. `unnest` keeps the array order, so rows are locked in key order.
+        Conn::Postgres(c) => {
+            let sources: Vec<&str> = rows.iter().map(|(ch, _)| ch.source.as_str()).collect();
+            let kinds: Vec<&str> = rows.iter().map(|(ch, _)| ch.kind.as_str()).collect();
+            let ids: Vec<&str> = rows.iter().map(|(ch, _)| ch.id.as_str()).collect();
+            let versions: Vec<i64> = rows.iter().map(|(ch, _)| ch.version).collect();
+            let states: Vec<Option<&str>> =
+                rows.iter().map(|(ch, _)| ch.state.as_deref()).collect();
+            let deleted: Vec<bool> = rows
+                .iter()
+                .map(|(ch, _)| ch.action == Action::Delete)
+                .collect();
+            let events: Vec<Option<&str>> = rows.iter().map(|(_, e)| *e).collect();
+            let digests: Vec<Option<i64>> = rows
+                .iter()
+                .map(|(ch, _)| ch.state.as_deref().map(crate::change::state_digest))
+                .collect();
+            prepared(
+                diesel::sql_query(upsert_arrays_sql(guard))
+                    .bind::<Array<Text>, _>(sources)
+                    .bind::<Array<Text>, _>(kinds)
+                    .bind::<Array<Text>, _>(ids)
+                    .bind::<Array<BigInt>, _>(versions)
+                    .bind::<Array<Nullable<Text>>, _>(states)
+                    .bind::<Array<Bool>, _>(deleted)
+                    .bind::<Text, _>(origin.as_str())
+                    .bind::<Array<Nullable<Text>>, _>(events)
+                    .bind::<Array<Nullable<BigInt>>, _>(digests),
+            )
+            .load(c)?
         }
-        q.load(c)
-    })?;
+        Conn::Sqlite(c) => {
+            let b = Backend::Sqlite;
+            let mut q = query(b, &upsert_sql(b, rows.len(), guard, true)).into_boxed();
+            for (ch, event_id) in rows {
+                q = q
+                    .bind::<Text, _>(ch.source.as_str())
+                    .bind::<Text, _>(ch.kind.as_str())
+                    .bind::<Text, _>(ch.id.as_str())
+                    .bind::<BigInt, _>(ch.version)
+                    .bind::<Nullable<Text>, _>(ch.state.as_deref())
+                    .bind::<Bool, _>(ch.action == Action::Delete)
+                    .bind::<Text, _>(origin.as_str())
+                    .bind::<Nullable<Text>, _>(*event_id)
+                    .bind::<Nullable<BigInt>, _>(
+                        ch.state.as_deref().map(crate::change::state_digest),
+                    );
+            }
+            q.load(c)?
+        }
+    };
     Ok(written
         .into_iter()
         .map(|r| ResourceKey::new(r.source, r.kind, r.id))
         .collect())
+}
+
+/// [`upsert_sql`] on PostgreSQL with one array parameter per column (the origin is one
+/// value for the statement): the same text for any number of rows.
+pub fn upsert_arrays_sql(guard: Guard) -> String {
+    let b = Backend::Postgres;
+    format!(
+        "{RESOURCE_COLUMNS} SELECT source, kind, id, version, state::jsonb, deleted, $7, last_event_id, state_digest \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::bool[], $8::text[], $9::int8[]) \
+         AS t(source, kind, id, version, state, deleted, last_event_id, state_digest){} RETURNING source, kind, id",
+        conflict_clause(b, guard)
+    )
 }
 
 /// Most rows [`upsert_many`] takes in one statement (9 binds a row; SQLite allows
@@ -221,13 +268,15 @@ fn rows_by_id(
         // from statistics, and a table that grew since its last ANALYZE (a first sync
         // outruns autovacuum; some servers run without it) gets a bitmap scan of the
         // whole kind filtered by the array: 340 ms a page at 500k rows instead of 4.
-        Conn::Postgres(c) => diesel::sql_query(format!(
-            "SELECT r.* FROM (SELECT DISTINCT id FROM unnest($3::text[]) AS t(id)) AS u CROSS JOIN LATERAL \
-             (SELECT {columns} FROM resources WHERE source = $1 AND kind = $2 AND id = u.id LIMIT 1) r"
-        ))
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
-        .bind::<diesel::sql_types::Array<Text>, _>(ids)
+        Conn::Postgres(c) => prepared(
+            diesel::sql_query(format!(
+                "SELECT r.* FROM (SELECT DISTINCT id FROM unnest($3::text[]) AS t(id)) AS u CROSS JOIN LATERAL \
+                 (SELECT {columns} FROM resources WHERE source = $1 AND kind = $2 AND id = u.id LIMIT 1) r"
+            ))
+            .bind::<Text, _>(source)
+            .bind::<Text, _>(kind)
+            .bind::<Array<Text>, _>(ids),
+        )
         .load(c),
         Conn::Sqlite(c) => {
             let sql = format!(

@@ -161,21 +161,33 @@ struct Run {
     applied: u64,
     seconds: f64,
     peak_kib: Option<u64>,
+    /// CPU seconds (user + system) of the `reconcile` process, from GNU time.
+    cpu: Option<f64>,
+    /// CPU seconds of the whole machine and of the sender process during the run.
+    machine_cpu: f64,
+    sender_cpu: f64,
+    wall: f64,
     ok: bool,
 }
 
 /// Runs `reconcile --json`; the peak RSS comes from GNU time (`wait4`'s `ru_maxrss`)
 /// when /usr/bin/time exists.
-fn reconcile(cfg: &std::path::Path, dir: &std::path::Path) -> Run {
+fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> Run {
     let rss_file = dir.join("rss.txt");
     let gnu_time = std::path::Path::new("/usr/bin/time").exists();
     let mut cmd = if gnu_time {
         let mut c = Command::new("/usr/bin/time");
-        c.arg("-f").arg("%M").arg("-o").arg(&rss_file).arg(binary());
+        c.arg("-f")
+            .arg("%M %U %S")
+            .arg("-o")
+            .arg(&rss_file)
+            .arg(binary());
         c
     } else {
         Command::new(binary())
     };
+    let before = (machine_cpu_seconds(), process_cpu_seconds(sender_pid));
+    let started = Instant::now();
     let out = cmd
         .arg("--config")
         .arg(cfg)
@@ -183,15 +195,28 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path) -> Run {
         .stderr(Stdio::inherit())
         .output()
         .unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    let after = (machine_cpu_seconds(), process_cpu_seconds(sender_pid));
+    let time: Vec<f64> = std::fs::read_to_string(&rss_file)
+        .ok()
+        .and_then(|s| s.trim().lines().last().map(str::to_string))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     let r = &report[0];
     Run {
         scanned: r["counts"]["scanned"].as_u64().unwrap_or(0),
         applied: r["counts"]["applied"].as_u64().unwrap_or(0),
         seconds: r["seconds"].as_f64().unwrap_or(f64::NAN),
-        peak_kib: std::fs::read_to_string(&rss_file)
-            .ok()
-            .and_then(|s| s.trim().lines().last()?.trim().parse().ok()),
+        peak_kib: time.first().map(|k| *k as u64),
+        cpu: (time.len() == 3).then(|| time[1] + time[2]),
+        machine_cpu: after.0 - before.0,
+        sender_cpu: after.1 - before.1,
+        wall,
         ok: out.status.success(),
     }
 }
@@ -317,6 +342,51 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Busy CPU seconds of the whole machine so far (all cores; /proc/stat, less idle and
+/// iowait).
+fn machine_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle) as f64 / 100.0
+}
+
+/// CPU seconds (user + system) used so far by process `pid`.
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .split_once(") ")
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let get = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (get(11) + get(12)) as f64 / 100.0
+}
+
+/// Where the machine's cores went during a run.
+fn cpu_split(run: &Run) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let ours = run.cpu.unwrap_or(f64::NAN);
+    format!(
+        "CPU during it, of {cores:.0} cores x {:.2}s: reconcile {ours:.2}s, sender {:.2}s, the rest (PostgreSQL) {:.2}s, idle {:.2}s",
+        run.wall,
+        run.sender_cpu,
+        run.machine_cpu - ours - run.sender_cpu,
+        cores * run.wall - run.machine_cpu
+    )
+}
+
 fn mib(kib: Option<u64>) -> String {
     kib.map_or("?".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
 }
@@ -390,7 +460,7 @@ fn main() {
                 "{}",
                 String::from_utf8_lossy(&st.stderr)
             );
-            let load = reconcile(&cfg, dir.path());
+            let load = reconcile(&cfg, dir.path(), sender.child.id());
             let load_ok = load.ok && load.applied == n;
             // The drift: the sender moves on, the local table loses rows.
             sender.drift();
@@ -402,7 +472,7 @@ fn main() {
                 Backend::Postgres => "VACUUM ANALYZE resources",
                 Backend::Sqlite => "ANALYZE",
             });
-            let run = reconcile(&cfg, dir.path());
+            let run = reconcile(&cfg, dir.path(), sender.child.id());
             let expected = n / 100;
             let wrong = wrong_rows(&mut db, n);
             let right =
@@ -421,11 +491,15 @@ fn main() {
                 run.applied,
                 if right { "" } else { "  WRONG" },
             );
+            println!("{:<9} {:>9} items: drift run's {}", "", n, cpu_split(&run));
             if let Some(name) = &pg_name {
                 let one = pg_alone(&url, n, 1, 3);
+                let busy = machine_cpu_seconds();
+                let started = Instant::now();
                 let two = pg_alone(&url, n, 2, 4);
+                let busy = (machine_cpu_seconds() - busy) / started.elapsed().as_secs_f64();
                 println!(
-                    "{:<9} {:>9} items: PostgreSQL alone, same per-page SQL: {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients",
+                    "{:<9} {:>9} items: PostgreSQL alone, same per-page SQL: {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients (2 clients kept {busy:.2} cores busy)",
                     "",
                     n,
                     100.0 * ours / one,

@@ -319,12 +319,12 @@ pub fn live_ids_before(
             ts_param(b, 3)
         ),
     );
-    let rows: Vec<IdOnly> = on_conn!(conn, c => q
+    let rows: Vec<IdOnly> = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(source)
         .bind::<Text, _>(kind)
         .bind::<Text, _>(before.to_db(b))
         .bind::<Text, _>(after)
-        .bind::<BigInt, _>(limit)
+        .bind::<BigInt, _>(limit))
         .load(c))?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }

@@ -4,7 +4,7 @@
 use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Nullable, Text};
 
-use super::{RunId, TextValue, now, plus_seconds, query, ts_param, ts_text};
+use super::{RunId, TextValue, now, plus_seconds, prepared, query, ts_param, ts_text};
 use crate::db::{Conn, DbTime, on_conn};
 
 /// `reconcile_runs.status`.
@@ -132,7 +132,8 @@ pub fn update_run(
              skipped = $13 WHERE id = $12"
         ),
     );
-    on_conn!(conn, c => q
+    // Prepared: every reconcile page records its counts.
+    on_conn!(conn, c => prepared(q
         .bind::<Text, _>(status.as_str())
         .bind::<BigInt, _>(counts.pages)
         .bind::<BigInt, _>(counts.scanned)
@@ -145,7 +146,7 @@ pub fn update_run(
         .bind::<BigInt, _>(counts.tombstoned)
         .bind::<Nullable<Text>, _>(error)
         .bind::<BigInt, _>(id)
-        .bind::<BigInt, _>(counts.skipped)
+        .bind::<BigInt, _>(counts.skipped))
         .execute(c))?;
     Ok(())
 }
@@ -228,12 +229,13 @@ pub fn take_over_lease(
             plus_seconds(b, 5)
         ),
     );
-    let n = on_conn!(conn, c => q
+    // Prepared: a renewal fences every reconcile page.
+    let n = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(source)
         .bind::<Text, _>(kind)
         .bind::<Text, _>(dead)
         .bind::<Text, _>(holder)
-        .bind::<Double, _>(ttl_secs)
+        .bind::<Double, _>(ttl_secs))
         .execute(c))?;
     Ok(n == 1)
 }
@@ -330,11 +332,12 @@ pub fn set_checkpoint(
                     now(b)
                 ),
             );
-            on_conn!(conn, c => q
+            // Prepared: every reconcile page moves its checkpoint.
+            on_conn!(conn, c => prepared(q
                 .bind::<Text, _>(source)
                 .bind::<Text, _>(kind)
                 .bind::<Text, _>(position)
-                .bind::<Text, _>(sweep_started_at.to_db(b))
+                .bind::<Text, _>(sweep_started_at.to_db(b)))
                 .execute(c))?;
         }
         None => {

@@ -3,7 +3,9 @@
 //! landed exactly once (one claim per event, every row written by its own event); the
 //! group sizes the receiver's group commit saw (from its /metrics) and, on PostgreSQL,
 //! the CPU per delivery of PostgreSQL's processes (from /proc); then `pgbench` running
-//! the product's own SQL (`db::sql`) with the same concurrency and mix, twice: one
+//! the product's claim and guarded upsert (`db::sql::claim_sql`, `upsert_sql`: per-row
+//! VALUES lists with literals, planned every time, where the product binds arrays to
+//! statements prepared once) with the same concurrency and mix, twice: one
 //! delivery per transaction, and the same batches as the receiver's mean group, so each
 //! ratio says how much of the database's capacity the receiver delivers.
 //!

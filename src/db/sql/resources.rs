@@ -173,7 +173,7 @@ pub fn upsert_many(
 
 /// [`upsert_sql`] on PostgreSQL with one array parameter per column (the origin is one
 /// value for the statement): the same text for any number of rows.
-pub fn upsert_arrays_sql(guard: Guard) -> String {
+fn upsert_arrays_sql(guard: Guard) -> String {
     let b = Backend::Postgres;
     format!(
         "{RESOURCE_COLUMNS} SELECT source, kind, id, version, state::jsonb, deleted, $7, last_event_id, state_digest \

@@ -38,9 +38,9 @@ use webhook_reconciler::simulator::{Generated, SimSender, Style};
 
 const PAGE_SIZE: u64 = 1000;
 
-// The sender process builds and serialises a thousand JSON items a page; with the
-// daemon's allocator it costs the machine (2 cores, shared with the reconciler and
-// PostgreSQL) half the CPU.
+// The sender process writes a thousand JSON items a page (the simulator's generated
+// listing); it shares the machine's cores with the reconciler and PostgreSQL, so it
+// runs on the daemon's allocator too.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -165,6 +165,8 @@ struct Run {
     cpu: Option<f64>,
     /// CPU seconds of the whole machine and of the sender process during the run.
     machine_cpu: f64,
+    /// Of the machine's idle time, the part spent waiting for I/O.
+    iowait: f64,
     sender_cpu: f64,
     wall: f64,
     ok: bool,
@@ -187,6 +189,7 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> R
         Command::new(binary())
     };
     let before = (machine_cpu_seconds(), process_cpu_seconds(sender_pid));
+    let iowait = machine_iowait_seconds();
     let started = Instant::now();
     let out = cmd
         .arg("--config")
@@ -215,6 +218,7 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> R
         peak_kib: time.first().map(|k| *k as u64),
         cpu: (time.len() == 3).then(|| time[1] + time[2]),
         machine_cpu: after.0 - before.0,
+        iowait: machine_iowait_seconds() - iowait,
         sender_cpu: after.1 - before.1,
         wall,
         ok: out.status.success(),
@@ -244,6 +248,16 @@ impl Db {
             Db::Pg(c) => c.batch_execute(sql).unwrap(),
             Db::Lite(c) => c.batch_execute(sql).unwrap(),
         }
+    }
+
+    /// Writes out what earlier phases left dirty (the load of millions of rows, the
+    /// VACUUM), so that each timed phase starts alike instead of paying for the one
+    /// before it.
+    fn checkpoint(&mut self) {
+        self.execute(match self {
+            Db::Pg(_) => "CHECKPOINT",
+            Db::Lite(_) => "PRAGMA wal_checkpoint(TRUNCATE)",
+        });
     }
 
     fn scalar(&mut self, sql: &str) -> i64 {
@@ -345,18 +359,26 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
 /// Busy CPU seconds of the whole machine so far (all cores; /proc/stat, less idle and
 /// iowait).
 fn machine_cpu_seconds() -> f64 {
+    let ticks = machine_ticks();
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle) as f64 / 100.0
+}
+
+/// Seconds the machine's cores have spent idle waiting for I/O so far (/proc/stat).
+fn machine_iowait_seconds() -> f64 {
+    machine_ticks().get(4).copied().unwrap_or(0) as f64 / 100.0
+}
+
+fn machine_ticks() -> Vec<u64> {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
+    stat.lines()
         .next()
         .unwrap_or_default()
         .split_whitespace()
         .skip(1)
         .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().take(8).sum();
-    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
-    (total - idle) as f64 / 100.0
+        .collect()
 }
 
 /// CPU seconds (user + system) used so far by process `pid`.
@@ -379,11 +401,12 @@ fn cpu_split(run: &Run) -> String {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let ours = run.cpu.unwrap_or(f64::NAN);
     format!(
-        "CPU during it, of {cores:.0} cores x {:.2}s: reconcile {ours:.2}s, sender {:.2}s, the rest (PostgreSQL) {:.2}s, idle {:.2}s",
+        "CPU during it, of {cores:.0} cores x {:.2}s: reconcile {ours:.2}s, sender {:.2}s, the rest (PostgreSQL) {:.2}s, idle {:.2}s (waiting for I/O {:.2}s)",
         run.wall,
         run.sender_cpu,
         run.machine_cpu - ours - run.sender_cpu,
-        cores * run.wall - run.machine_cpu
+        cores * run.wall - run.machine_cpu,
+        run.iowait,
     )
 }
 
@@ -472,6 +495,7 @@ fn main() {
                 Backend::Postgres => "VACUUM ANALYZE resources",
                 Backend::Sqlite => "ANALYZE",
             });
+            db.checkpoint();
             let run = reconcile(&cfg, dir.path(), sender.child.id());
             let expected = n / 100;
             let wrong = wrong_rows(&mut db, n);
@@ -493,7 +517,9 @@ fn main() {
             );
             println!("{:<9} {:>9} items: drift run's {}", "", n, cpu_split(&run));
             if let Some(name) = &pg_name {
+                db.checkpoint();
                 let one = pg_alone(&url, n, 1, 3);
+                db.checkpoint();
                 let busy = machine_cpu_seconds();
                 let started = Instant::now();
                 let two = pg_alone(&url, n, 2, 4);

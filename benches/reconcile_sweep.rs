@@ -188,8 +188,7 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> R
     } else {
         Command::new(binary())
     };
-    let before = (machine_cpu_seconds(), process_cpu_seconds(sender_pid));
-    let iowait = machine_iowait_seconds();
+    let before = (machine_cpu(), process_cpu_seconds(sender_pid));
     let started = Instant::now();
     let out = cmd
         .arg("--config")
@@ -199,7 +198,7 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> R
         .output()
         .unwrap();
     let wall = started.elapsed().as_secs_f64();
-    let after = (machine_cpu_seconds(), process_cpu_seconds(sender_pid));
+    let after = (machine_cpu(), process_cpu_seconds(sender_pid));
     let time: Vec<f64> = std::fs::read_to_string(&rss_file)
         .ok()
         .and_then(|s| s.trim().lines().last().map(str::to_string))
@@ -217,8 +216,8 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> R
         seconds: r["seconds"].as_f64().unwrap_or(f64::NAN),
         peak_kib: time.first().map(|k| *k as u64),
         cpu: (time.len() == 3).then(|| time[1] + time[2]),
-        machine_cpu: after.0 - before.0,
-        iowait: machine_iowait_seconds() - iowait,
+        machine_cpu: after.0.0 - before.0.0,
+        iowait: after.0.1 - before.0.1,
         sender_cpu: after.1 - before.1,
         wall,
         ok: out.status.success(),
@@ -359,26 +358,25 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
 /// Busy CPU seconds of the whole machine so far (all cores; /proc/stat, less idle and
 /// iowait).
 fn machine_cpu_seconds() -> f64 {
-    let ticks = machine_ticks();
-    let total: u64 = ticks.iter().take(8).sum();
-    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
-    (total - idle) as f64 / 100.0
+    machine_cpu().0
 }
 
-/// Seconds the machine's cores have spent idle waiting for I/O so far (/proc/stat).
-fn machine_iowait_seconds() -> f64 {
-    machine_ticks().get(4).copied().unwrap_or(0) as f64 / 100.0
-}
-
-fn machine_ticks() -> Vec<u64> {
+/// Busy CPU seconds of the whole machine so far, and the seconds its cores spent idle
+/// waiting for I/O (one read of /proc/stat).
+fn machine_cpu() -> (f64, f64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    stat.lines()
+    let ticks: Vec<u64> = stat
+        .lines()
         .next()
         .unwrap_or_default()
         .split_whitespace()
         .skip(1)
         .filter_map(|v| v.parse().ok())
-        .collect()
+        .collect();
+    let total: u64 = ticks.iter().take(8).sum();
+    let iowait = ticks.get(4).copied().unwrap_or(0);
+    let idle = ticks.get(3).copied().unwrap_or(0) + iowait;
+    ((total - idle) as f64 / 100.0, iowait as f64 / 100.0)
 }
 
 /// CPU seconds (user + system) used so far by process `pid`.

@@ -1,6 +1,8 @@
 //! What the soak samples from outside the daemon, as an operator would: /proc (RSS,
 //! descriptors, threads), PostgreSQL's pg_stat_activity (connections) and `/readyz`'s
-//! queue depths; and the arithmetic over the samples.
+//! queue depths, and on SQLite how long the disk takes to sync a small write next to the
+//! database (a commit waits for that: synchronous = FULL); and the arithmetic over the
+//! samples.
 
 use diesel::sql_types::BigInt;
 use diesel::{Connection, PgConnection, RunQueryDsl};
@@ -15,6 +17,21 @@ pub struct Sample {
     pub connections: f64,
     pub writes_in_flight: f64,
     pub conflicts_waiting: f64,
+    /// A 4 KiB write and fsync next to the SQLite database, in ms (NaN on PostgreSQL,
+    /// whose throwaway cluster runs with fsync off).
+    pub fsync_ms: f64,
+}
+
+/// Writes and syncs 4 KiB in `dir`, as a commit does; its time in ms.
+fn fsync_ms(dir: &std::path::Path) -> f64 {
+    use std::io::Write;
+    let t = std::time::Instant::now();
+    let synced = std::fs::File::create(dir.join("fsync-probe"))
+        .and_then(|mut f| f.write_all(&[0u8; 4096]).and_then(|()| f.sync_all()));
+    match synced {
+        Ok(()) => t.elapsed().as_secs_f64() * 1000.0,
+        Err(_) => f64::NAN,
+    }
 }
 
 fn status_field(pid: u32, field: &str) -> f64 {
@@ -44,11 +61,13 @@ pub fn scalar_pg(url: &str, sql: &str) -> Option<i64> {
         .map(|v| v.v)
 }
 
-/// Samples the daemon `pid` now; `pg` is (server URL, database name) on PostgreSQL.
+/// Samples the daemon `pid` now; `pg` is (server URL, database name) on PostgreSQL,
+/// `sqlite_dir` the SQLite database's directory.
 pub async fn sample(
     at: f64,
     pid: u32,
     pg: Option<(&str, &str)>,
+    sqlite_dir: Option<&std::path::Path>,
     client: &reqwest::Client,
     readyz: &str,
 ) -> Sample {
@@ -65,6 +84,12 @@ pub async fn sample(
         Err(_) => serde_json::Value::Null,
     };
     let q = |k: &str| queues[k].as_f64().unwrap_or(f64::NAN);
+    let fsync_ms = match sqlite_dir.map(std::path::Path::to_path_buf) {
+        Some(dir) => tokio::task::spawn_blocking(move || fsync_ms(&dir))
+            .await
+            .unwrap_or(f64::NAN),
+        None => f64::NAN,
+    };
     Sample {
         at,
         rss_mib: status_field(pid, "VmRSS:") / 1024.0,
@@ -73,6 +98,7 @@ pub async fn sample(
         connections,
         writes_in_flight: q("writes_in_flight"),
         conflicts_waiting: q("conflicts_waiting"),
+        fsync_ms,
     }
 }
 

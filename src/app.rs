@@ -153,7 +153,9 @@ impl Application {
         tracing::info!(%listen, "serving");
         crate::systemd::ready(&format!("serving on {listen}"));
         let stop = cancel.clone();
-        let served = axum::serve(self.listener, self.router)
+        let listener =
+            crate::http::LimitedListener::new(self.listener, self.config.http.max_connections);
+        let served = axum::serve(listener, self.router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 stop.cancel();

@@ -28,6 +28,8 @@ static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 
 /// Deliveries handed to the group commit and not yet answered.
 static WRITES_IN_FLIGHT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+/// HTTP connections open (bounded by `http.max_connections`).
+static HTTP_CONNECTIONS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 /// Conflicts queued for resolution through the sender's `get`, not yet taken.
 static CONFLICTS_WAITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
@@ -47,6 +49,16 @@ impl Drop for InFlightWrite {
     }
 }
 
+/// An HTTP connection was accepted.
+pub fn connection_opened() {
+    HTTP_CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// An HTTP connection was closed.
+pub fn connection_closed() {
+    HTTP_CONNECTIONS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// A conflict entered (+1) or left (-1) the resolution queue.
 pub fn conflicts_waiting(delta: i64) {
     CONFLICTS_WAITING.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
@@ -59,6 +71,7 @@ pub fn queues() -> serde_json::Value {
     serde_json::json!({
         "writes_in_flight": WRITES_IN_FLIGHT.load(Relaxed),
         "conflicts_waiting": CONFLICTS_WAITING.load(Relaxed),
+        "http_connections": HTTP_CONNECTIONS.load(Relaxed),
     })
 }
 
@@ -188,6 +201,7 @@ pub async fn render(db: &Db, config: &Config) -> String {
         use std::sync::atomic::Ordering::Relaxed;
         metrics::gauge!("webhook_writes_in_flight").set(WRITES_IN_FLIGHT.load(Relaxed) as f64);
         metrics::gauge!("conflicts_waiting").set(CONFLICTS_WAITING.load(Relaxed) as f64);
+        metrics::gauge!("http_connections_open").set(HTTP_CONNECTIONS.load(Relaxed) as f64);
     }
     for (pool, state) in db.pool_states() {
         metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "idle")

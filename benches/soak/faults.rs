@@ -53,7 +53,7 @@ pub struct Window {
 /// 30 s), recovery and quiet in the rest. The first cycle takes the daemon to its
 /// high-water marks (a database outage fills the in-flight limit once); growth is
 /// measured over the second.
-pub fn schedule(seconds: f64, quiet: f64) -> Vec<Window> {
+pub fn schedule(seconds: f64, quiet: f64, length: Option<f64>) -> Vec<Window> {
     const ORDER: [Kind; 5] = [
         Kind::Database,
         Kind::Sender500,
@@ -62,7 +62,7 @@ pub fn schedule(seconds: f64, quiet: f64) -> Vec<Window> {
         Kind::SlowSender,
     ];
     let slot = (seconds - quiet) / (2 * ORDER.len()) as f64;
-    let length = (slot / 3.0).clamp(2.0, 30.0);
+    let length = length.unwrap_or((slot / 3.0).clamp(2.0, 30.0));
     let mut out = Vec::new();
     for cycle in 0..2 {
         for (i, kind) in ORDER.into_iter().enumerate() {

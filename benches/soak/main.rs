@@ -23,7 +23,8 @@
 //!   cargo bench --bench soak -- --backend sqlite --seconds 300
 //!
 //! Options: --seconds S per backend (default 1200), --backend postgres|sqlite|both
-//! (default both), --rate R changes/s (default 300), --no-faults, --sample-every S
+//! (default both), --rate R changes/s (default 300), --no-faults, --fault-length S (how
+//! long each fault lasts; default a third of its slot, 2 to 30 s), --sample-every S
 //! (default 5), --check (exit 1 unless flat: the second cycle of faults not taking RSS
 //! above the first one's peak (+25%, at least 8 MiB), descriptors and threads back at
 //! their pre-fault level, connections within the pool's bound, every fault recovered,
@@ -76,6 +77,7 @@ struct Options {
     seconds: f64,
     rate: f64,
     faults: bool,
+    fault_length: Option<f64>,
     sample_every: f64,
     check: bool,
     max_rss_slope: Option<f64>,
@@ -167,6 +169,7 @@ fn main() {
         seconds: arg("--seconds").map_or(1200.0, |s| s.parse().expect("--seconds S")),
         rate: arg("--rate").map_or(300.0, |s| s.parse().expect("--rate R")),
         faults: !flag("--no-faults"),
+        fault_length: arg("--fault-length").map(|s| s.parse().expect("--fault-length S")),
         sample_every: arg("--sample-every").map_or(5.0, |s| s.parse().expect("--sample-every S")),
         check: flag("--check"),
         max_rss_slope: arg("--max-rss-slope").map(|s| s.parse().expect("--max-rss-slope MiB/h")),
@@ -293,7 +296,7 @@ state = "/data"
     let quiet = o.seconds / 10.0;
     let warm = faults::second_cycle(o.seconds, quiet);
     let windows = if o.faults {
-        faults::schedule(o.seconds, quiet)
+        faults::schedule(o.seconds, quiet, o.fault_length)
     } else {
         Vec::new()
     };
@@ -332,8 +335,8 @@ state = "/data"
                 )
                 .await;
                 println!(
-                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3}  writes in flight {:>4}  conflicts waiting {:>3}{}",
-                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.writes_in_flight, s.conflicts_waiting,
+                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3}  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}{}",
+                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.http_connections, s.writes_in_flight, s.conflicts_waiting,
                     if s.fsync_ms.is_nan() { String::new() } else { format!("  fsync {:.1} ms", s.fsync_ms) }
                 );
                 samples.push(s);

@@ -17,6 +17,8 @@ pub struct Sample {
     pub connections: f64,
     pub writes_in_flight: f64,
     pub conflicts_waiting: f64,
+    /// Connections the daemon has accepted and not closed (`http.max_connections`).
+    pub http_connections: f64,
     /// A 4 KiB write and fsync next to the SQLite database, in ms (NaN on PostgreSQL,
     /// whose throwaway cluster runs with fsync off).
     pub fsync_ms: f64,
@@ -98,6 +100,7 @@ pub async fn sample(
         connections,
         writes_in_flight: q("writes_in_flight"),
         conflicts_waiting: q("conflicts_waiting"),
+        http_connections: q("http_connections"),
         fsync_ms,
     }
 }

@@ -21,6 +21,10 @@ pub const MAX_BODY: &str = "1MiB";
 /// Deliveries handled at once; more are answered 503 at once. Bounds the memory a
 /// database outage can pile up (each waiting delivery holds its connection and body).
 pub const MAX_IN_FLIGHT: u32 = 256;
+/// HTTP connections open at once (at least `max_in_flight`); more wait in the kernel's
+/// accept queue. Bounds the memory of the retry storm that ends an outage (~20 KiB a
+/// connection).
+pub const MAX_HTTP_CONNECTIONS: u32 = 1024;
 
 // [retention]
 pub const RETENTION_EVERY: Duration = Duration::from_secs(HOUR);

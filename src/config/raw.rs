@@ -47,6 +47,7 @@ pub struct RawHttp {
     pub listen: Option<String>,
     pub max_body: Option<String>,
     pub max_in_flight: Option<u32>,
+    pub max_connections: Option<u32>,
     /// Bearer token of `GET /changes`; without it the endpoint does not exist (404).
     pub changes_token: Option<RawSecret>,
 }

@@ -141,6 +141,11 @@ fn bad_durations_sizes_and_addresses_name_their_key() {
         "http.max_in_flight",
         "at least 1",
     );
+    has_problem(
+        "[http]\nmax_in_flight = 300\nmax_connections = 100",
+        "http.max_connections",
+        "below http.max_in_flight (300)",
+    );
     has_problem("[http]\nlisten = \"localhost\"", "http.listen", "IP:PORT");
     has_problem(
         "[database]\nurl = \"mysql://x\"",

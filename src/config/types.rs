@@ -64,6 +64,8 @@ pub struct HttpConfig {
     pub max_body: usize,
     /// Deliveries handled at once; more are answered 503 with `Retry-After`.
     pub max_in_flight: usize,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
     /// Bearer token of `GET /changes`; `None`: the endpoint answers 404.
     pub changes_token: Option<SecretString>,
 }

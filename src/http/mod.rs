@@ -5,7 +5,10 @@
 //! Invariant: no input makes a handler answer 500; every error body is JSON
 //! `{"error": "..."}`.
 
+mod listener;
 mod reply;
+
+pub use listener::Limited as LimitedListener;
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

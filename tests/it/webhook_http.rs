@@ -538,3 +538,51 @@ async fn past_max_in_flight_deliveries_get_503_at_once_and_apply_when_retried() 
     assert_eq!(app.db.count("resources"), 3);
     assert_eq!(app.db.count("processed_events"), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_max_connections_a_connection_waits_to_be_accepted_until_one_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = TestDb::new(Backend::Sqlite);
+    let toml = crate::helpers::config_toml(&db.url, "").replace(
+        "max_body = \"64KiB\"",
+        "max_body = \"64KiB\"\nmax_in_flight = 1\nmax_connections = 2",
+    );
+    let app = crate::helpers::spawn_app_with(db, &toml).await;
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        app.addr
+    );
+    // Two idle connections take both places (the kernel completes the handshake of any
+    // connection; what is bounded is how many the daemon has accepted).
+    let mut first = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let second = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    third.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let waited =
+        tokio::time::timeout(Duration::from_millis(500), third.read_to_end(&mut answer)).await;
+    assert!(
+        waited.is_err(),
+        "a third connection was served while two were open: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    // One closes: the third is accepted and answered.
+    first.write_all(request.as_bytes()).await.unwrap();
+    let mut a = Vec::new();
+    first.read_to_end(&mut a).await.unwrap();
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // Closed connections are counted out: /readyz then sees only its own.
+    drop((second, third));
+    let only_own = eventually(Duration::from_secs(10), || async {
+        let r = reqwest::get(app.url("/readyz")).await.unwrap();
+        r.json::<Value>().await.unwrap()["queues"]["http_connections"] == 1
+    })
+    .await;
+    assert!(only_own, "/readyz never showed one open connection");
+}

@@ -161,6 +161,20 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "must be at least 1 (deliveries handled at once; default 256)",
         );
     }
+    let max_connections = match raw.http.max_connections {
+        Some(n) if n < max_in_flight.max(1) => {
+            c.fail(
+                "http.max_connections",
+                format!(
+                    "{n} is below http.max_in_flight ({max_in_flight}): deliveries could never reach that limit; raise it or leave it unset (default {}, at least max_in_flight)",
+                    defaults::MAX_HTTP_CONNECTIONS
+                ),
+            );
+            0
+        }
+        Some(n) => n,
+        None => defaults::MAX_HTTP_CONNECTIONS.max(max_in_flight),
+    };
     let r = &raw.retention;
     let batch = r.batch.unwrap_or(defaults::RETENTION_BATCH);
     if batch == 0 || batch > defaults::MAX_RETENTION_BATCH {
@@ -289,6 +303,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 listen,
                 max_body,
                 max_in_flight: max_in_flight as usize,
+                max_connections: max_connections as usize,
                 changes_token,
             },
             retention,

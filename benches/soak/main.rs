@@ -454,7 +454,8 @@ fn report(
     // shows in every sample of the last 10 s, a request or a connection being opened in
     // one of them does not: the end is the lowest of those samples. Descriptors count
     // without the database connections (the pool opens them as load needs, up to its
-    // bound, which is checked on its own).
+    // bound, which is checked on its own) and the senders' connections (as many as
+    // their clients keep alive, at most http.max_connections).
     let first_fault = windows.first().map_or(f64::INFINITY, |w| w.start);
     let before: Vec<&Sample> = samples.iter().filter(|s| s.at < first_fault).collect();
     let last_at = samples.last().map_or(f64::NAN, |s| s.at);
@@ -467,15 +468,12 @@ fn report(
                 .fold(f64::NAN, pick)
         };
         let own_fds = |s: &Sample| {
-            if s.connections.is_finite() {
-                s.fds - s.connections
-            } else {
-                s.fds
-            }
+            let known = |v: f64| if v.is_finite() { v } else { 0.0 };
+            s.fds - known(s.connections) - known(s.http_connections)
         };
         for (name, f, bound) in [
             (
-                "descriptors (without db connections)",
+                "descriptors (without db and http connections)",
                 own_fds as fn(&Sample) -> f64,
                 fold(&before, own_fds, f64::max) + 8.0,
             ),

@@ -153,8 +153,11 @@ impl Application {
         tracing::info!(%listen, "serving");
         crate::systemd::ready(&format!("serving on {listen}"));
         let stop = cancel.clone();
-        let listener =
-            crate::http::LimitedListener::new(self.listener, self.config.http.max_connections);
+        let listener = crate::http::LimitedListener::new(
+            self.listener,
+            self.config.http.max_connections,
+            self.config.http.idle_timeout,
+        );
         let served = axum::serve(listener, self.router)
             .with_graceful_shutdown(async move {
                 shutdown.await;

@@ -25,6 +25,9 @@ pub const MAX_IN_FLIGHT: u32 = 256;
 /// accept queue. Bounds the memory of the retry storm that ends an outage (~20 KiB a
 /// connection).
 pub const MAX_HTTP_CONNECTIONS: u32 = 1024;
+/// A connection with no bytes read or written for this long is closed (nginx keeps
+/// idle connections 75 s); without it, idle connections could hold every place.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60 * SECOND);
 
 // [retention]
 pub const RETENTION_EVERY: Duration = Duration::from_secs(HOUR);

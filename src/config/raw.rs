@@ -48,6 +48,7 @@ pub struct RawHttp {
     pub max_body: Option<String>,
     pub max_in_flight: Option<u32>,
     pub max_connections: Option<u32>,
+    pub idle_timeout: Option<String>,
     /// Bearer token of `GET /changes`; without it the endpoint does not exist (404).
     pub changes_token: Option<RawSecret>,
 }

@@ -146,6 +146,11 @@ fn bad_durations_sizes_and_addresses_name_their_key() {
         "http.max_connections",
         "below http.max_in_flight (300)",
     );
+    has_problem(
+        "[http]\nidle_timeout = \"soon\"",
+        "http.idle_timeout",
+        "soon",
+    );
     has_problem("[http]\nlisten = \"localhost\"", "http.listen", "IP:PORT");
     has_problem(
         "[database]\nurl = \"mysql://x\"",

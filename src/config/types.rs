@@ -66,6 +66,8 @@ pub struct HttpConfig {
     pub max_in_flight: usize,
     /// Connections open at once; more wait to be accepted.
     pub max_connections: usize,
+    /// A connection idle this long is closed.
+    pub idle_timeout: Duration,
     /// Bearer token of `GET /changes`; `None`: the endpoint answers 404.
     pub changes_token: Option<SecretString>,
 }

@@ -4,12 +4,21 @@
 //! ends; the soak saw 5,000 connections open within a second and RSS go from 27 to
 //! 122 MiB (about 20 KiB a connection in hyper), so this, not `max_in_flight`, is what
 //! bounds the memory of a retry storm. (axum has no such limit yet: tokio-rs/axum#3489.)
+//!
+//! A bound on connections needs a bound on idleness: a client that opens connections and
+//! sends nothing would otherwise hold every place for good (axum runs hyper without a
+//! timer, so hyper's own header timeout is off), and the systemd watchdog, which asks
+//! `/healthz` through this listener, would then restart the daemon. A connection with no
+//! bytes read or written for `http.idle_timeout` is closed.
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use std::future::Future;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -19,13 +28,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Limited {
     inner: TcpListener,
     open: Arc<Semaphore>,
+    idle_timeout: Duration,
 }
 
 impl Limited {
-    pub fn new(inner: TcpListener, max_connections: usize) -> Self {
+    pub fn new(inner: TcpListener, max_connections: usize, idle_timeout: Duration) -> Self {
         Self {
             inner,
             open: Arc::new(Semaphore::new(max_connections)),
+            idle_timeout,
         }
     }
 }
@@ -47,6 +58,8 @@ impl axum::serve::Listener for Limited {
             Counted {
                 stream,
                 _permit: permit,
+                idle_timeout: self.idle_timeout,
+                idle: Box::pin(tokio::time::sleep(self.idle_timeout)),
             },
             addr,
         )
@@ -61,6 +74,42 @@ impl axum::serve::Listener for Limited {
 pub struct Counted {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
+    idle_timeout: Duration,
+    /// Fires `idle_timeout` after the last byte read or written.
+    idle: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Counted {
+    fn active(&mut self) {
+        let deadline = tokio::time::Instant::now() + self.idle_timeout;
+        self.idle.as_mut().reset(deadline);
+    }
+
+    /// What a pending read or write returns: still pending, or the idle error once the
+    /// deadline has passed (hyper then closes the connection).
+    fn pending_or_idle<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match self.idle.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection idle past http.idle_timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn track<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => self.pending_or_idle(cx),
+            ready => {
+                self.active();
+                ready
+            }
+        }
+    }
 }
 
 impl Drop for Counted {
@@ -75,7 +124,8 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        self.track(cx, polled)
     }
 }
 
@@ -85,7 +135,8 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.track(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -101,7 +152,8 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.track(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -586,3 +586,33 @@ async fn past_max_connections_a_connection_waits_to_be_accepted_until_one_closes
     .await;
     assert!(only_own, "/readyz never showed one open connection");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_connection_is_closed_after_idle_timeout_and_gives_its_place_back() {
+    use tokio::io::AsyncReadExt;
+    let db = TestDb::new(Backend::Sqlite);
+    let toml = crate::helpers::config_toml(&db.url, "").replace(
+        "max_body = \"64KiB\"",
+        "max_body = \"64KiB\"\nmax_in_flight = 1\nmax_connections = 1\nidle_timeout = \"1s\"",
+    );
+    let app = crate::helpers::spawn_app_with(db, &toml).await;
+    // Takes the only place and sends nothing.
+    let mut idle = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let started = std::time::Instant::now();
+    // Answered once the idle one is closed, not never.
+    let r = tokio::time::timeout(Duration::from_secs(10), reqwest::get(app.url("/healthz")))
+        .await
+        .expect("/healthz not answered while an idle connection held the only place")
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "answered before the idle connection timed out: the limit did not hold"
+    );
+    // The idle connection was closed by the daemon (EOF or reset, not a hang).
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+        .await
+        .expect("the idle connection is still open");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}

@@ -175,6 +175,11 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         Some(n) => n,
         None => defaults::MAX_HTTP_CONNECTIONS.max(max_in_flight),
     };
+    let idle_timeout = c.opt_duration(
+        "http.idle_timeout",
+        raw.http.idle_timeout.as_deref(),
+        defaults::IDLE_TIMEOUT,
+    );
     let r = &raw.retention;
     let batch = r.batch.unwrap_or(defaults::RETENTION_BATCH);
     if batch == 0 || batch > defaults::MAX_RETENTION_BATCH {
@@ -304,6 +309,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 max_body,
                 max_in_flight: max_in_flight as usize,
                 max_connections: max_connections as usize,
+                idle_timeout,
                 changes_token,
             },
             retention,

@@ -565,10 +565,8 @@ fn report(
             .filter(|x| keep(x.at) && x.fsync_ms.is_finite())
             .map(|x| x.fsync_ms)
             .collect();
-        (
-            probe::quantile(&mut v, 0.5),
-            v.last().copied().unwrap_or(f64::NAN),
-        )
+        let max = v.iter().copied().fold(f64::NAN, f64::max);
+        (probe::quantile(&mut v, 0.5), max)
     };
     let (b50, bmax) = syncs(&|at| at < first_fault);
     let (o50, omax) = syncs(&|at| at >= first_fault && quiet(at));

@@ -11,14 +11,13 @@
 //! `/healthz` through this listener, would then restart the daemon. A connection with no
 //! bytes read or written for `http.idle_timeout` is closed.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-use std::future::Future;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};

@@ -482,12 +482,7 @@ async fn with_the_sqlite_file_locked_by_another_writer_deliveries_get_503_then_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_max_in_flight_deliveries_get_503_at_once_and_apply_when_retried() {
-    let db = TestDb::new(Backend::Sqlite);
-    let toml = crate::helpers::config_toml(&db.url, "busy_timeout = \"20s\"").replace(
-        "max_body = \"64KiB\"",
-        "max_body = \"64KiB\"\nmax_in_flight = 2",
-    );
-    let app = crate::helpers::spawn_app_with(db, &toml).await;
+    let app = sqlite_app_with_http("busy_timeout = \"20s\"", "max_in_flight = 2").await;
     let lock = app.db.lock_sqlite();
     // Two deliveries wait on the locked file; they hold both places.
     let waiting: Vec<_> = (1..=2)
@@ -542,12 +537,7 @@ async fn past_max_in_flight_deliveries_get_503_at_once_and_apply_when_retried() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_max_connections_a_connection_waits_to_be_accepted_until_one_closes() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let db = TestDb::new(Backend::Sqlite);
-    let toml = crate::helpers::config_toml(&db.url, "").replace(
-        "max_body = \"64KiB\"",
-        "max_body = \"64KiB\"\nmax_in_flight = 1\nmax_connections = 2",
-    );
-    let app = crate::helpers::spawn_app_with(db, &toml).await;
+    let app = sqlite_app_with_http("", "max_in_flight = 1\nmax_connections = 2").await;
     let request = format!(
         "GET /healthz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
         app.addr
@@ -590,12 +580,11 @@ async fn past_max_connections_a_connection_waits_to_be_accepted_until_one_closes
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_idle_connection_is_closed_after_idle_timeout_and_gives_its_place_back() {
     use tokio::io::AsyncReadExt;
-    let db = TestDb::new(Backend::Sqlite);
-    let toml = crate::helpers::config_toml(&db.url, "").replace(
-        "max_body = \"64KiB\"",
-        "max_body = \"64KiB\"\nmax_in_flight = 1\nmax_connections = 1\nidle_timeout = \"1s\"",
-    );
-    let app = crate::helpers::spawn_app_with(db, &toml).await;
+    let app = sqlite_app_with_http(
+        "",
+        "max_in_flight = 1\nmax_connections = 1\nidle_timeout = \"1s\"",
+    )
+    .await;
     // Takes the only place and sends nothing.
     let mut idle = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let started = std::time::Instant::now();
@@ -615,4 +604,15 @@ async fn an_idle_connection_is_closed_after_idle_timeout_and_gives_its_place_bac
         .await
         .expect("the idle connection is still open");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}
+
+/// An app on SQLite with `database_extra` in `[database]` and `http_extra` (lines of TOML,
+/// `\n`-separated) in `[http]`.
+async fn sqlite_app_with_http(database_extra: &str, http_extra: &str) -> crate::helpers::TestApp {
+    let db = TestDb::new(Backend::Sqlite);
+    let toml = crate::helpers::config_toml(&db.url, database_extra).replace(
+        "max_body = \"64KiB\"",
+        &format!("max_body = \"64KiB\"\n{http_extra}"),
+    );
+    crate::helpers::spawn_app_with(db, &toml).await
 }

@@ -22,6 +22,10 @@
 //!   cargo bench --bench reconcile_sweep -- --sizes 10000000 --backend postgres   # 10M, opt-in
 //!
 //! PostgreSQL server: $WR_TEST_PG (default postgres://postgres@127.0.0.1:5432).
+//!
+//! `--statements`: on a server that preloads `pg_stat_statements`, print the statements
+//! that took PostgreSQL's time during the drift run (and the dead rows the tables carried
+//! into it), to see where a size's time goes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
 
 use std::io::{BufRead, BufReader, Write};
@@ -408,6 +412,49 @@ fn cpu_split(run: &Run) -> String {
     )
 }
 
+/// The one text column `t` of each row `sql` returns (PostgreSQL only; none on error).
+fn text_rows(db: &mut Db, sql: &str) -> Vec<String> {
+    #[derive(diesel::QueryableByName)]
+    struct T {
+        #[diesel(sql_type = Text)]
+        t: String,
+    }
+    let Db::Pg(c) = db else { return Vec::new() };
+    diesel::sql_query(sql)
+        .load::<T>(c)
+        .map(|rows| rows.into_iter().map(|r| r.t).collect())
+        .unwrap_or_default()
+}
+
+/// Live and dead rows of the tables a sweep writes, as PostgreSQL's statistics have them.
+fn print_dead_rows(db: &mut Db) {
+    for t in text_rows(
+        db,
+        "SELECT format('%s: %s live, %s dead, %s, last autovacuum %s', relname, n_live_tup, n_dead_tup, \
+         pg_size_pretty(pg_total_relation_size(relid)), coalesce(last_autovacuum::text, 'never')) AS t \
+         FROM pg_stat_user_tables ORDER BY relname = 'change_seq' DESC, pg_total_relation_size(relid) DESC LIMIT 5",
+    ) {
+        println!("  before the drift run: {t}");
+    }
+}
+
+/// The statements that took PostgreSQL's time since the reset (pg_stat_statements).
+fn print_statements(db: &mut Db) {
+    let rows = text_rows(
+        db,
+        "SELECT format('%8s ms %7s calls %8s ms/call %10s rows  %s', round(total_exec_time), calls, \
+         round((total_exec_time / calls)::numeric, 3), rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 110)) AS t \
+         FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         ORDER BY total_exec_time DESC LIMIT 14",
+    );
+    if rows.is_empty() {
+        println!("  --statements: no pg_stat_statements (preload it: shared_preload_libraries)");
+    }
+    for t in rows {
+        println!("  {t}");
+    }
+}
+
 fn mib(kib: Option<u64>) -> String {
     kib.map_or("?".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
 }
@@ -420,6 +467,7 @@ fn main() {
     }
     let mut backends = vec![Backend::Postgres, Backend::Sqlite];
     let mut sizes = vec![100_000u64, 1_000_000];
+    let statements = argv.iter().any(|a| a == "--statements");
     for w in argv.windows(2) {
         match w[0].as_str() {
             "--backend" => {
@@ -494,7 +542,14 @@ fn main() {
                 Backend::Sqlite => "ANALYZE",
             });
             db.checkpoint();
+            if statements && pg_name.is_some() {
+                print_dead_rows(&mut db);
+                db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()");
+            }
             let run = reconcile(&cfg, dir.path(), sender.child.id());
+            if statements && pg_name.is_some() {
+                print_statements(&mut db);
+            }
             let expected = n / 100;
             let wrong = wrong_rows(&mut db, n);
             let right =

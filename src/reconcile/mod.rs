@@ -245,6 +245,10 @@ impl Reconciler {
                     error: e.to_string(),
                 };
             }
+            // Inside the run's time: it is work the run's writes made.
+            if report.counts.applied + report.counts.tombstoned > 0 && !opts.dry_run {
+                self.store.db().vacuum_pending_changes().await;
+            }
             report.seconds = started.elapsed().as_secs_f64();
             let recorded = match &report.status {
                 RunStatus::Succeeded => Some("succeeded"),

@@ -33,6 +33,9 @@ pub async fn prune(
     let id = db.write(sql::start_prune).await?;
     let mut report = PruneReport::default();
     let result = prune_all(db, config, cancel, &mut report).await;
+    // Webhook deliveries leave dead change_pending rows too, and a daemon that only
+    // receives them reconciles nothing that would vacuum them.
+    db.vacuum_pending_changes().await;
     report.seconds = started.elapsed().as_secs_f64();
     let error = result.as_ref().err().map(ToString::to_string);
     let r = report.clone();

@@ -75,6 +75,28 @@ pub fn queues() -> serde_json::Value {
     })
 }
 
+/// The process's memory as its allocators count it, for `/readyz` and `/metrics`: the
+/// Rust heap (jemalloc's bytes allocated, and the pages it holds resident) and, on
+/// SQLite, the heap SQLite holds itself. RSS less these is code, stacks and the C
+/// libraries' own malloc: a rise of RSS can then be put where it is.
+pub fn memory(db: &Db) -> serde_json::Value {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let mut m = serde_json::Map::new();
+    // The statistics are a snapshot taken at the last epoch.
+    if epoch::advance().is_ok() {
+        if let Ok(n) = stats::allocated::read() {
+            m.insert("allocated_bytes".into(), n.into());
+        }
+        if let Ok(n) = stats::resident::read() {
+            m.insert("resident_bytes".into(), n.into());
+        }
+    }
+    if let Some(n) = db.sqlite_memory_bytes() {
+        m.insert("sqlite_bytes".into(), n.into());
+    }
+    m.into()
+}
+
 /// Counts one handled delivery (any answer), for STATUS=.
 pub fn count_delivery() {
     DELIVERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -202,6 +224,16 @@ pub async fn render(db: &Db, config: &Config) -> String {
         metrics::gauge!("webhook_writes_in_flight").set(WRITES_IN_FLIGHT.load(Relaxed) as f64);
         metrics::gauge!("conflicts_waiting").set(CONFLICTS_WAITING.load(Relaxed) as f64);
         metrics::gauge!("http_connections_open").set(HTTP_CONNECTIONS.load(Relaxed) as f64);
+    }
+    let memory = memory(db);
+    for (key, name) in [
+        ("allocated_bytes", "jemalloc_allocated_bytes"),
+        ("resident_bytes", "jemalloc_resident_bytes"),
+        ("sqlite_bytes", "sqlite_memory_bytes"),
+    ] {
+        if let Some(n) = memory[key].as_f64() {
+            metrics::gauge!(name).set(n);
+        }
     }
     for (pool, state) in db.pool_states() {
         metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "idle")

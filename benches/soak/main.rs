@@ -335,8 +335,9 @@ state = "/data"
                 )
                 .await;
                 println!(
-                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3}  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}{}",
-                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.http_connections, s.writes_in_flight, s.conflicts_waiting,
+                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3}  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}  heap {:>5.1} MiB{}{}",
+                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.http_connections, s.writes_in_flight, s.conflicts_waiting, s.heap_mib,
+                    if s.sqlite_mib.is_nan() { String::new() } else { format!("  sqlite {:.1} MiB", s.sqlite_mib) },
                     if s.fsync_ms.is_nan() { String::new() } else { format!("  fsync {:.1} ms", s.fsync_ms) }
                 );
                 samples.push(s);
@@ -418,6 +419,27 @@ fn report(
         probe::slope_per_hour(&after, |s| s.connections),
         probe::slope_per_hour(&after, |s| s.writes_in_flight),
         probe::slope_per_hour(&after, |s| s.conflicts_waiting),
+    );
+    // Where RSS went: the Rust heap (jemalloc's resident pages), SQLite's own heap (its
+    // page caches fill as the database grows, up to cache_size a connection), and the
+    // rest (code, stacks, the C libraries' malloc).
+    fn sqlite_of(s: &Sample) -> f64 {
+        if s.sqlite_mib.is_finite() {
+            s.sqlite_mib
+        } else {
+            0.0
+        }
+    }
+    println!(
+        "  of it: Rust heap {:+.2} MiB/h (last {:.1} MiB), SQLite's heap {:+.2} MiB/h (last {:.1} MiB), the rest {:+.2} MiB/h (last {:.1} MiB)",
+        probe::slope_per_hour(&after, |s| s.heap_mib),
+        after.last().map_or(f64::NAN, |s| s.heap_mib),
+        probe::slope_per_hour(&after, sqlite_of),
+        after.last().map_or(f64::NAN, sqlite_of),
+        probe::slope_per_hour(&after, |s| s.rss_mib - s.heap_mib - sqlite_of(s)),
+        after
+            .last()
+            .map_or(f64::NAN, |s| s.rss_mib - s.heap_mib - sqlite_of(s)),
     );
     if let Some(max) = o.max_rss_slope
         && (rss_slope.is_nan() || rss_slope >= max)

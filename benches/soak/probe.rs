@@ -1,6 +1,6 @@
 //! What the soak samples from outside the daemon, as an operator would: /proc (RSS,
 //! descriptors, threads), PostgreSQL's pg_stat_activity (connections) and `/readyz`'s
-//! queue depths, and on SQLite how long the disk takes to sync a small write next to the
+//! queue depths and memory (the Rust heap, and on SQLite the heap SQLite holds itself), and on SQLite how long the disk takes to sync a small write next to the
 //! database (a commit waits for that: synchronous = FULL); and the arithmetic over the
 //! samples.
 
@@ -22,6 +22,10 @@ pub struct Sample {
     /// A 4 KiB write and fsync next to the SQLite database, in ms (NaN on PostgreSQL,
     /// whose throwaway cluster runs with fsync off).
     pub fsync_ms: f64,
+    /// The Rust heap: what jemalloc holds resident (`/readyz`'s `memory`), in MiB.
+    pub heap_mib: f64,
+    /// The heap SQLite holds itself, in MiB; NaN on PostgreSQL.
+    pub sqlite_mib: f64,
 }
 
 /// Writes and syncs 4 KiB in `dir`, as a commit does; its time in ms.
@@ -81,11 +85,11 @@ pub async fn sample(
             )
         })
         .map_or(f64::NAN, |n| n as f64);
-    let queues = match client.get(readyz).send().await {
-        Ok(r) => r.json::<serde_json::Value>().await.unwrap_or_default()["queues"].clone(),
+    let ready = match client.get(readyz).send().await {
+        Ok(r) => r.json::<serde_json::Value>().await.unwrap_or_default(),
         Err(_) => serde_json::Value::Null,
     };
-    let q = |k: &str| queues[k].as_f64().unwrap_or(f64::NAN);
+    let q = |k: &str| ready["queues"][k].as_f64().unwrap_or(f64::NAN);
     let fsync_ms = match sqlite_dir.map(std::path::Path::to_path_buf) {
         Some(dir) => tokio::task::spawn_blocking(move || fsync_ms(&dir))
             .await
@@ -102,6 +106,12 @@ pub async fn sample(
         conflicts_waiting: q("conflicts_waiting"),
         http_connections: q("http_connections"),
         fsync_ms,
+        heap_mib: ready["memory"]["resident_bytes"]
+            .as_f64()
+            .map_or(f64::NAN, |b| b / 1048576.0),
+        sqlite_mib: ready["memory"]["sqlite_bytes"]
+            .as_f64()
+            .map_or(f64::NAN, |b| b / 1048576.0),
     }
 }
 

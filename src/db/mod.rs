@@ -12,6 +12,7 @@
 //! writers queue (busy timeout) instead of failing with "database is locked".
 
 pub mod sql;
+mod sqlite_memory;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -355,6 +356,12 @@ impl Db {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// On SQLite, the bytes SQLite holds itself (its page caches are most of it: at
+    /// most `cache_size` per connection); `None` on PostgreSQL.
+    pub fn sqlite_memory_bytes(&self) -> Option<i64> {
+        (self.backend == Backend::Sqlite).then(sqlite_memory::used_bytes)
     }
 
     /// Connections of each pool (for metrics): `writer` and `reader` (one pool, both

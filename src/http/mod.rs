@@ -233,7 +233,7 @@ async fn readyz(db: &Db, config: &Config) -> Response {
             json_reply(
                 StatusCode::OK,
                 json!({"status": "ready", "database": "ok", "reconcile": kinds, "consumers": consumers,
-                    "queues": crate::observability::queues()}),
+                    "queues": crate::observability::queues(), "memory": crate::observability::memory(db)}),
             )
         }
         Ok(false) => json_reply(

@@ -420,7 +420,16 @@ async fn health_and_readiness_answer(b: Backend) {
     assert_eq!(r.status(), 200);
     let r = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.json::<Value>().await.unwrap()["database"], "ok");
+    let body = r.json::<Value>().await.unwrap();
+    assert_eq!(body["database"], "ok");
+    // Memory as the allocators count it: the Rust heap's figures, and on SQLite the
+    // heap SQLite holds for its open connections (none on PostgreSQL).
+    let memory = &body["memory"];
+    assert!(memory["allocated_bytes"].is_u64() && memory["resident_bytes"].is_u64());
+    match b {
+        Backend::Sqlite => assert!(memory["sqlite_bytes"].as_i64().unwrap() > 0),
+        Backend::Postgres => assert!(memory.get("sqlite_bytes").is_none()),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -430,12 +430,19 @@ fn report(
             0.0
         }
     }
+    let sqlite = if after.iter().any(|s| s.sqlite_mib.is_finite()) {
+        format!(
+            ", SQLite's heap {:+.2} MiB/h (last {:.1} MiB)",
+            probe::slope_per_hour(&after, sqlite_of),
+            after.last().map_or(f64::NAN, sqlite_of),
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "  of it: Rust heap {:+.2} MiB/h (last {:.1} MiB), SQLite's heap {:+.2} MiB/h (last {:.1} MiB), the rest {:+.2} MiB/h (last {:.1} MiB)",
+        "  of it: Rust heap {:+.2} MiB/h (last {:.1} MiB){sqlite}, the rest {:+.2} MiB/h (last {:.1} MiB)",
         probe::slope_per_hour(&after, |s| s.heap_mib),
         after.last().map_or(f64::NAN, |s| s.heap_mib),
-        probe::slope_per_hour(&after, sqlite_of),
-        after.last().map_or(f64::NAN, sqlite_of),
         probe::slope_per_hour(&after, |s| s.rss_mib - s.heap_mib - sqlite_of(s)),
         after
             .last()

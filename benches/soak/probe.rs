@@ -1,8 +1,8 @@
 //! What the soak samples from outside the daemon, as an operator would: /proc (RSS,
 //! descriptors, threads), PostgreSQL's pg_stat_activity (connections) and `/readyz`'s
-//! queue depths and memory (the Rust heap, and on SQLite the heap SQLite holds itself), and on SQLite how long the disk takes to sync a small write next to the
-//! database (a commit waits for that: synchronous = FULL); and the arithmetic over the
-//! samples.
+//! queue depths and memory (the Rust heap, and on SQLite the heap SQLite holds itself),
+//! and on SQLite how long the disk takes to sync a small write next to the database (a
+//! commit waits for that: synchronous = FULL); and the arithmetic over the samples.
 
 use diesel::sql_types::BigInt;
 use diesel::{Connection, PgConnection, RunQueryDsl};
@@ -90,6 +90,11 @@ pub async fn sample(
         Err(_) => serde_json::Value::Null,
     };
     let q = |k: &str| ready["queues"][k].as_f64().unwrap_or(f64::NAN);
+    let memory_mib = |k: &str| {
+        ready["memory"][k]
+            .as_f64()
+            .map_or(f64::NAN, |b| b / 1048576.0)
+    };
     let fsync_ms = match sqlite_dir.map(std::path::Path::to_path_buf) {
         Some(dir) => tokio::task::spawn_blocking(move || fsync_ms(&dir))
             .await
@@ -106,12 +111,8 @@ pub async fn sample(
         conflicts_waiting: q("conflicts_waiting"),
         http_connections: q("http_connections"),
         fsync_ms,
-        heap_mib: ready["memory"]["resident_bytes"]
-            .as_f64()
-            .map_or(f64::NAN, |b| b / 1048576.0),
-        sqlite_mib: ready["memory"]["sqlite_bytes"]
-            .as_f64()
-            .map_or(f64::NAN, |b| b / 1048576.0),
+        heap_mib: memory_mib("resident_bytes"),
+        sqlite_mib: memory_mib("sqlite_bytes"),
     }
 }
 

@@ -427,10 +427,10 @@ impl Db {
         .map_err(|e| DbError::Task(e.to_string()))?
     }
 
-    /// On PostgreSQL, vacuums `change_pending` (and `change_seq`), whose rows all die in the transaction
-    /// that wrote them: without a vacuum the table only grows (a 10M first sync left
-    /// 4.2 GB of dead rows, and a server with autovacuum off, or one busy with large
-    /// tables, never gets to it). Cheap when there is little to do; never waits for
+    /// On PostgreSQL, vacuums `change_pending` (and `change_seq`). Every row of the
+    /// first dies in the transaction that wrote it: without a vacuum the table only
+    /// grows (a 10M first sync left 4.2 GB of dead rows, and a server with autovacuum
+    /// off, or one busy with large tables, never gets to it). Cheap when there is little to do; never waits for
     /// another vacuum of it (SKIP_LOCKED). A failure is logged, not returned: nothing
     /// depends on it but disk space and statement costs.
     pub async fn vacuum_pending_changes(&self) {

@@ -62,7 +62,7 @@ impl SeenIds {
     /// that arrive during the sweep). Stays exact if no filter can be made.
     pub fn switch_to_bloom(&mut self, live: usize) {
         // A sixteenth of room: past `expected` the false-positive rate rises gently
-        // (0.14% at a tenth more), and a quarter cost 3.4 MiB at 10M rows, which put a
+        // (0.19% at a tenth more), and a quarter cost 3.4 MiB at 10M rows, which put a
         // 10M sweep's peak at 64.3 MiB.
         let expected = live.max(2 * EXACT_UP_TO) + live / 16;
         let Ok(mut bloom) = bloomfilter::Bloom::new_for_fp_rate(expected, BLOOM_FP_RATE) else {

@@ -83,10 +83,10 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     }
 }
 
-/// `VACUUM (SKIP_LOCKED)` of `change_pending` and of `change_seq` (one row, updated by
-/// every publish: its dead versions are what each publish's update scans) on
-/// PostgreSQL, outside a transaction (VACUUM refuses to run in one). SQLite reuses the
-/// pages of deleted rows by itself.
+/// `VACUUM (SKIP_LOCKED)` of `change_pending` and of `change_seq` (one row, which every
+/// publish updates and so leaves a dead version of) on PostgreSQL, outside a
+/// transaction (VACUUM refuses to run in one). SQLite reuses the pages of deleted rows
+/// by itself.
 pub fn vacuum_change_pending(conn: &mut Conn) -> diesel::QueryResult<()> {
     use diesel::connection::SimpleConnection;
     match conn {

@@ -97,6 +97,21 @@ pub fn memory(db: &Db) -> serde_json::Value {
     m.into()
 }
 
+/// Each pool's connections for `/readyz`: open now, and opened since the start. A
+/// count that rises while nothing failed is a pool that reconnects.
+pub fn pools(db: &Db) -> serde_json::Value {
+    db.pool_states()
+        .into_iter()
+        .map(|(pool, s)| {
+            (
+                pool.to_string(),
+                serde_json::json!({"open": s.open, "idle": s.idle, "opened_total": s.opened_total}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// Counts one handled delivery (any answer), for STATUS=.
 pub fn count_delivery() {
     DELIVERIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -237,10 +252,11 @@ pub async fn render(db: &Db, config: &Config) -> String {
     }
     for (pool, state) in db.pool_states() {
         metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "idle")
-            .set(f64::from(state.idle_connections));
-        metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "in_use").set(f64::from(
-            state.connections.saturating_sub(state.idle_connections),
-        ));
+            .set(f64::from(state.idle));
+        metrics::gauge!("db_pool_connections", "pool" => pool, "state" => "in_use")
+            .set(f64::from(state.open.saturating_sub(state.idle)));
+        metrics::counter!("db_connections_opened_total", "pool" => pool)
+            .absolute(state.opened_total);
     }
     install().map(PrometheusHandle::render).unwrap_or_default()
 }

@@ -335,8 +335,8 @@ state = "/data"
                 )
                 .await;
                 println!(
-                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3}  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}  heap {:>5.1} MiB{}{}",
-                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.http_connections, s.writes_in_flight, s.conflicts_waiting, s.heap_mib,
+                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3} (opened {:>3})  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}  heap {:>5.1} MiB{}{}",
+                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.opened_total, s.http_connections, s.writes_in_flight, s.conflicts_waiting, s.heap_mib,
                     if s.sqlite_mib.is_nan() { String::new() } else { format!("  sqlite {:.1} MiB", s.sqlite_mib) },
                     if s.fsync_ms.is_nan() { String::new() } else { format!("  fsync {:.1} ms", s.fsync_ms) }
                 );
@@ -419,6 +419,25 @@ fn report(
         probe::slope_per_hour(&after, |s| s.connections),
         probe::slope_per_hour(&after, |s| s.writes_in_flight),
         probe::slope_per_hour(&after, |s| s.conflicts_waiting),
+    );
+    // Reconnects: each costs a login on PostgreSQL, a page cache on SQLite. An outage
+    // of the database costs some; nothing else should.
+    let opened = |of: &[Sample]| {
+        of.iter()
+            .map(|s| s.opened_total)
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::max)
+    };
+    println!(
+        "db connections opened: {} in all, {} by the end of the warm-up",
+        opened(samples),
+        opened(
+            &samples
+                .iter()
+                .copied()
+                .filter(|s| s.at < warm)
+                .collect::<Vec<_>>()
+        ),
     );
     // Where RSS went: the Rust heap (jemalloc's resident pages), SQLite's own heap (its
     // page caches fill as the database grows, up to cache_size a connection), and the

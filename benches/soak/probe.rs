@@ -1,6 +1,7 @@
 //! What the soak samples from outside the daemon, as an operator would: /proc (RSS,
-//! descriptors, threads), PostgreSQL's pg_stat_activity (connections) and `/readyz`'s
-//! queue depths and memory (the Rust heap, and on SQLite the heap SQLite holds itself),
+//! descriptors, threads), PostgreSQL's pg_stat_activity (connections; on SQLite
+//! `/readyz`'s pools) and `/readyz`'s queue depths, connections opened since the start
+//! and memory (the Rust heap, and on SQLite the heap SQLite holds itself),
 //! and on SQLite how long the disk takes to sync a small write next to the database (a
 //! commit waits for that: synchronous = FULL); and the arithmetic over the samples.
 
@@ -15,6 +16,9 @@ pub struct Sample {
     pub fds: f64,
     pub threads: f64,
     pub connections: f64,
+    /// Database connections the daemon has opened since it started (`/readyz`'s
+    /// pools): what it costs to reconnect is paid once each.
+    pub opened_total: f64,
     pub writes_in_flight: f64,
     pub conflicts_waiting: f64,
     /// Connections the daemon has accepted and not closed (`http.max_connections`).
@@ -77,17 +81,24 @@ pub async fn sample(
     client: &reqwest::Client,
     readyz: &str,
 ) -> Sample {
-    let connections = pg
-        .and_then(|(server, name)| {
-            scalar_pg(
-                &format!("{server}/test"),
-                &format!("SELECT COUNT(*) AS v FROM pg_stat_activity WHERE datname = '{name}'"),
-            )
-        })
-        .map_or(f64::NAN, |n| n as f64);
     let ready = match client.get(readyz).send().await {
         Ok(r) => r.json::<serde_json::Value>().await.unwrap_or_default(),
         Err(_) => serde_json::Value::Null,
+    };
+    let pools = |k: &str| {
+        ready["pools"].as_object().map_or(f64::NAN, |pools| {
+            pools.values().filter_map(|p| p[k].as_f64()).sum()
+        })
+    };
+    // On PostgreSQL the server's count, which also sees a connection the pool lost
+    // track of; a SQLite file has no such count.
+    let connections = match pg {
+        Some((server, name)) => scalar_pg(
+            &format!("{server}/test"),
+            &format!("SELECT COUNT(*) AS v FROM pg_stat_activity WHERE datname = '{name}'"),
+        )
+        .map_or(f64::NAN, |n| n as f64),
+        None => pools("open"),
     };
     let q = |k: &str| ready["queues"][k].as_f64().unwrap_or(f64::NAN);
     let memory_mib = |k: &str| {
@@ -107,6 +118,7 @@ pub async fn sample(
         fds: fds(pid),
         threads: status_field(pid, "Threads:"),
         connections,
+        opened_total: pools("opened_total"),
         writes_in_flight: q("writes_in_flight"),
         conflicts_waiting: q("conflicts_waiting"),
         http_connections: q("http_connections"),

@@ -15,6 +15,7 @@ pub mod sql;
 mod sqlite_memory;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -213,12 +214,26 @@ impl DbError {
     }
 }
 
-/// A pooled connection that remembers whether it failed. Any error inside a transaction
-/// retires the connection: it is cheaper to reconnect than to reason about the state a
-/// half-failed connection is in (PostgreSQL restarted, SQLite lock still held...).
+/// A pooled connection that remembers whether it is broken. After a failed statement
+/// the connection is kept only if it shows that it is usable and outside any
+/// transaction (see [`recover`]); otherwise it is retired and the next checkout opens a
+/// new one (PostgreSQL restarted, socket cut...).
 pub struct PoolConn {
     conn: Conn,
     broken: bool,
+}
+
+/// Why a failure keeps the connection when it can: a refused value or a "database is
+/// locked" retired it before, and each reconnect cost a PostgreSQL login (a backend
+/// process, TLS) or, on SQLite, the connection's page cache (up to `cache_size`),
+/// freed to the C allocator and filled again on another thread's arena: the soak saw
+/// RSS step up by the size of one cache at every outage.
+fn recover(conn: &mut Conn) -> bool {
+    // Ends whatever transaction the failure left open; its own error (no transaction
+    // open) tells nothing. Then `BEGIN; ROLLBACK` succeeds only on a live connection in
+    // autocommit: SQLite refuses a nested BEGIN, and it takes no lock.
+    let _ = conn.batch_execute("ROLLBACK");
+    conn.batch_execute("BEGIN; ROLLBACK").is_ok()
 }
 
 struct Manager {
@@ -226,6 +241,9 @@ struct Manager {
     backend: Backend,
     busy_timeout: Duration,
     synchronous: Synchronous,
+    /// Connections this pool has opened since the start: with the open count, it
+    /// tells a pool that reconnects (churn) from one that keeps its connections.
+    opened: Arc<AtomicU64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -237,7 +255,9 @@ impl ManageConnection for Manager {
     type Error = ConnectError;
 
     fn connect(&self) -> Result<PoolConn, ConnectError> {
-        connect(&self.url, self.backend, self.busy_timeout, self.synchronous).map(|conn| PoolConn {
+        let conn = connect(&self.url, self.backend, self.busy_timeout, self.synchronous)?;
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(PoolConn {
             conn,
             broken: false,
         })
@@ -302,6 +322,19 @@ pub struct Db {
     /// tasks instead of blocking threads, and in arrival order.
     write_permits: Arc<Semaphore>,
     acquire_timeout: Duration,
+    writer_opened: Arc<AtomicU64>,
+    reader_opened: Arc<AtomicU64>,
+}
+
+/// One pool's connections, for `/readyz` and `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolState {
+    /// Open now.
+    pub open: u32,
+    /// Open and not checked out.
+    pub idle: u32,
+    /// Opened since the process started (every reconnect counts).
+    pub opened_total: u64,
 }
 
 impl Db {
@@ -321,7 +354,8 @@ impl Db {
         }
         drop(first);
         let build = |size: u32| {
-            Pool::builder()
+            let opened = Arc::new(AtomicU64::new(0));
+            let builder = Pool::builder()
                 .max_size(size)
                 // No connections opened in the background: a one-shot command could
                 // exit while one is half-way through its TLS handshake, and libpq/OpenSSL
@@ -330,18 +364,33 @@ impl Db {
                 .connection_timeout(cfg.acquire_timeout)
                 // Checked at checkout would cost a round trip per request; broken
                 // connections are retired on error instead (see PoolConn).
-                .test_on_check_out(false)
-                .build_unchecked(Manager {
-                    url: url.clone(),
-                    backend: cfg.backend,
-                    busy_timeout: cfg.busy_timeout,
-                    synchronous: cfg.synchronous,
-                })
+                .test_on_check_out(false);
+            // r2d2 closes a connection idle for 10 minutes and any connection 30
+            // minutes old. On PostgreSQL that bounds a backend's own caches; a SQLite
+            // connection has no server side, and each close and reopen only frees its
+            // page cache to the C allocator and fills a new one (RSS that rose at every
+            // reopen in the soak). Five connections, kept, are the bound instead.
+            let builder = match cfg.backend {
+                Backend::Postgres => builder,
+                Backend::Sqlite => builder.idle_timeout(None).max_lifetime(None),
+            };
+            let pool = builder.build_unchecked(Manager {
+                url: url.clone(),
+                backend: cfg.backend,
+                busy_timeout: cfg.busy_timeout,
+                synchronous: cfg.synchronous,
+                opened: opened.clone(),
+            });
+            (pool, opened)
         };
-        let (writer, reader, permits) = match cfg.backend {
+        let ((writer, writer_opened), (reader, reader_opened), permits) = match cfg.backend {
             Backend::Postgres => {
-                let pool = build(cfg.max_connections);
-                (pool.clone(), pool, cfg.max_connections)
+                let (pool, opened) = build(cfg.max_connections);
+                (
+                    (pool.clone(), opened.clone()),
+                    (pool, opened),
+                    cfg.max_connections,
+                )
             }
             Backend::Sqlite => (build(1), build(cfg.max_connections.clamp(1, 4)), 1),
         };
@@ -351,6 +400,8 @@ impl Db {
             reader,
             write_permits: Arc::new(Semaphore::new(permits as usize)),
             acquire_timeout: cfg.acquire_timeout,
+            writer_opened,
+            reader_opened,
         })
     }
 
@@ -364,14 +415,22 @@ impl Db {
         (self.backend == Backend::Sqlite).then(sqlite_memory::used_bytes)
     }
 
-    /// Connections of each pool (for metrics): `writer` and `reader` (one pool, both
-    /// names, on PostgreSQL).
-    pub fn pool_states(&self) -> Vec<(&'static str, diesel::r2d2::State)> {
+    /// Connections of each pool (for `/readyz` and metrics): `writer` and `reader` on
+    /// SQLite, the one pool as `main` on PostgreSQL.
+    pub fn pool_states(&self) -> Vec<(&'static str, PoolState)> {
+        let state = |pool: &Pool<Manager>, opened: &AtomicU64| {
+            let s = pool.state();
+            PoolState {
+                open: s.connections,
+                idle: s.idle_connections,
+                opened_total: opened.load(Ordering::Relaxed),
+            }
+        };
         match self.backend {
-            Backend::Postgres => vec![("main", self.writer.state())],
+            Backend::Postgres => vec![("main", state(&self.writer, &self.writer_opened))],
             Backend::Sqlite => vec![
-                ("writer", self.writer.state()),
-                ("reader", self.reader.state()),
+                ("writer", state(&self.writer, &self.writer_opened)),
+                ("reader", state(&self.reader, &self.reader_opened)),
             ],
         }
     }
@@ -400,7 +459,7 @@ impl Db {
             let mut pc = checkout(&pool)?;
             let result = write_tx(&mut pc.conn, f);
             if result.is_err() {
-                pc.broken = true;
+                pc.broken = !recover(&mut pc.conn);
             }
             Ok(result?)
         })
@@ -419,7 +478,7 @@ impl Db {
             let mut pc = checkout(&pool)?;
             let result = f(&mut pc.conn);
             if result.is_err() {
-                pc.broken = true;
+                pc.broken = !recover(&mut pc.conn);
             }
             Ok(result?)
         })
@@ -493,18 +552,10 @@ fn write_tx<T>(
         Backend::Postgres => "BEGIN",
         Backend::Sqlite => "BEGIN IMMEDIATE",
     })?;
-    match f(conn) {
-        Ok(v) => {
-            conn.batch_execute("COMMIT")?;
-            Ok(v)
-        }
-        Err(e) => {
-            // The connection is retired either way; the rollback releases locks now
-            // rather than when the socket closes.
-            let _ = conn.batch_execute("ROLLBACK");
-            Err(e)
-        }
-    }
+    // On failure the caller's `recover` rolls back.
+    let v = f(conn)?;
+    conn.batch_execute("COMMIT")?;
+    Ok(v)
 }
 
 fn migrate(conn: &mut Conn) -> Result<Vec<String>, DbError> {

@@ -233,7 +233,8 @@ async fn readyz(db: &Db, config: &Config) -> Response {
             json_reply(
                 StatusCode::OK,
                 json!({"status": "ready", "database": "ok", "reconcile": kinds, "consumers": consumers,
-                    "queues": crate::observability::queues(), "memory": crate::observability::memory(db)}),
+                    "queues": crate::observability::queues(), "memory": crate::observability::memory(db),
+                    "pools": crate::observability::pools(db)}),
             )
         }
         Ok(false) => json_reply(
@@ -242,7 +243,8 @@ async fn readyz(db: &Db, config: &Config) -> Response {
         ),
         Err(e) => json_reply(
             StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "not ready", "database": e.to_string(), "queues": crate::observability::queues()}),
+            json!({"status": "not ready", "database": e.to_string(), "queues": crate::observability::queues(),
+                "pools": crate::observability::pools(db)}),
         ),
     }
 }

@@ -3,7 +3,7 @@
 //! caused by one delivery's data is a 422 and a dead letter, never a 503; and after each
 //! bad delivery a good one is still applied.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use webhook_reconciler::reconcile::RunStatus;
 use webhook_reconciler::simulator::Style;
 
@@ -191,10 +191,26 @@ async fn a_database_refusal_of_one_deliverys_data_is_a_422_and_only_that_one_fai
     );
     assert_eq!(app.db.count("resources"), 23);
     assert!(dead_letter_reason(&app.db, "evt-11").contains("database refused"));
-    // Its retry is answered the same, never 503.
-    let (status, _) = app.deliver(&order_event("evt-11", "evil", 1, "paid")).await;
-    assert_eq!(status, 422);
+    // Its retries are answered the same, never 503, and cost no connection: a refused
+    // value leaves the connection as good as it was.
+    let connections = |pools: Value| {
+        let pools = pools.as_object().unwrap().clone();
+        pools
+            .into_iter()
+            .map(|(name, p)| (name, p["open"].clone(), p["opened_total"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let before = connections(app.pools().await);
+    for _ in 0..3 {
+        let (status, _) = app.deliver(&order_event("evt-11", "evil", 1, "paid")).await;
+        assert_eq!(status, 422);
+    }
     still_applies(&app, 1).await;
+    assert_eq!(
+        connections(app.pools().await),
+        before,
+        "connections retired or opened"
+    );
 }
 
 async fn an_unclassified_database_error_is_a_503_so_nothing_is_lost(b: Backend) {

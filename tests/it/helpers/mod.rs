@@ -257,6 +257,12 @@ impl TestApp {
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
+
+    /// `/readyz`'s `pools`: each pool's connections open now and opened since the start.
+    pub async fn pools(&self) -> Value {
+        let r = self.client.get(self.url("/readyz")).send().await.unwrap();
+        r.json::<Value>().await.unwrap()["pools"].clone()
+    }
 }
 
 /// Waits for `cond` to hold, polling, for at most `limit`.

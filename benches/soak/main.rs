@@ -335,8 +335,8 @@ state = "/data"
                 )
                 .await;
                 println!(
-                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3} (opened {:>3})  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}  heap {:>5.1} MiB{}{}",
-                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.opened_total, s.http_connections, s.writes_in_flight, s.conflicts_waiting, s.heap_mib,
+                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3} (opened {:>3})  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}  anon {:>5.1} MiB  heap {:>5.1} MiB{}{}",
+                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.opened_total, s.http_connections, s.writes_in_flight, s.conflicts_waiting, s.anon_mib, s.heap_mib,
                     if s.sqlite_mib.is_nan() { String::new() } else { format!("  sqlite {:.1} MiB", s.sqlite_mib) },
                     if s.fsync_ms.is_nan() { String::new() } else { format!("  fsync {:.1} ms", s.fsync_ms) }
                 );
@@ -439,9 +439,12 @@ fn report(
                 .collect::<Vec<_>>()
         ),
     );
-    // Where RSS went: the Rust heap (jemalloc's resident pages), SQLite's own heap (its
-    // page caches fill as the database grows, up to cache_size a connection), and the
-    // rest (code, stacks, the C libraries' malloc).
+    // Where RSS went. Anonymous memory: the Rust heap (jemalloc's resident pages),
+    // SQLite's own heap (its page caches fill as the database grows, up to cache_size a
+    // connection) and the other anonymous pages (stacks, the C libraries' malloc and
+    // what it keeps). The rest of RSS is file-backed: the binary's and the libraries'
+    // pages, read in as code paths first run (bounded by their size, and the kernel's
+    // to drop); no leak can be there.
     fn sqlite_of(s: &Sample) -> f64 {
         if s.sqlite_mib.is_finite() {
             s.sqlite_mib
@@ -449,23 +452,23 @@ fn report(
             0.0
         }
     }
-    let sqlite = if after.iter().any(|s| s.sqlite_mib.is_finite()) {
+    let part = |name: &str, f: &dyn Fn(&Sample) -> f64| {
         format!(
-            ", SQLite's heap {:+.2} MiB/h (last {:.1} MiB)",
-            probe::slope_per_hour(&after, sqlite_of),
-            after.last().map_or(f64::NAN, sqlite_of),
+            "{name} {:+.2} MiB/h (last {:.1} MiB)",
+            probe::slope_per_hour(&after, f),
+            after.last().map_or(f64::NAN, f),
         )
-    } else {
-        String::new()
     };
+    let mut anon = vec![part("Rust heap", &|s| s.heap_mib)];
+    if after.iter().any(|s| s.sqlite_mib.is_finite()) {
+        anon.push(part("SQLite's heap", &sqlite_of));
+    }
+    anon.push(part("other", &|s| s.anon_mib - s.heap_mib - sqlite_of(s)));
     println!(
-        "  of it: Rust heap {:+.2} MiB/h (last {:.1} MiB){sqlite}, the rest {:+.2} MiB/h (last {:.1} MiB)",
-        probe::slope_per_hour(&after, |s| s.heap_mib),
-        after.last().map_or(f64::NAN, |s| s.heap_mib),
-        probe::slope_per_hour(&after, |s| s.rss_mib - s.heap_mib - sqlite_of(s)),
-        after
-            .last()
-            .map_or(f64::NAN, |s| s.rss_mib - s.heap_mib - sqlite_of(s)),
+        "  of it: anonymous {} = {}; file-backed {}",
+        part("", &|s| s.anon_mib).trim_start(),
+        anon.join(", "),
+        part("", &|s| s.rss_mib - s.anon_mib).trim_start(),
     );
     if let Some(max) = o.max_rss_slope
         && (rss_slope.is_nan() || rss_slope >= max)

@@ -13,6 +13,8 @@ use diesel::{Connection, PgConnection, RunQueryDsl};
 pub struct Sample {
     pub at: f64,
     pub rss_mib: f64,
+    /// RSS's anonymous part (heaps, stacks): where a leak shows.
+    pub anon_mib: f64,
     pub fds: f64,
     pub threads: f64,
     pub connections: f64,
@@ -115,6 +117,7 @@ pub async fn sample(
     Sample {
         at,
         rss_mib: status_field(pid, "VmRSS:") / 1024.0,
+        anon_mib: status_field(pid, "RssAnon:") / 1024.0,
         fds: fds(pid),
         threads: status_field(pid, "Threads:"),
         connections,
@@ -129,7 +132,7 @@ pub async fn sample(
 }
 
 /// Least-squares slope of `y` over `at` (seconds), per hour; NaN samples are left out.
-pub fn slope_per_hour(samples: &[Sample], y: fn(&Sample) -> f64) -> f64 {
+pub fn slope_per_hour(samples: &[Sample], y: impl Fn(&Sample) -> f64) -> f64 {
     let pts: Vec<(f64, f64)> = samples
         .iter()
         .map(|s| (s.at, y(s)))

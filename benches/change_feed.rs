@@ -20,7 +20,7 @@ use diesel::{Connection, PgConnection};
 use rand::seq::SliceRandom;
 use webhook_reconciler::app::Application;
 use webhook_reconciler::config::Config;
-use webhook_reconciler::webhook::verify::sign;
+use webhook_reconciler::signature as sign;
 
 const SECRET: &str = "bench-secret";
 
@@ -203,7 +203,10 @@ fn main() {
             let started = Instant::now();
             let with = drive(addr, bodies(events), 32).await;
             let ingest_done = started.elapsed().as_secs_f64();
-            let changes = db.read(webhook_reconciler::db::sql::last_seq).await.unwrap();
+            let changes = webhook_reconciler::feed::Feed::new(db.clone())
+                .last_seq()
+                .await
+                .unwrap();
             let deadline = Instant::now() + std::time::Duration::from_secs(120);
             while received.lock().unwrap().ids.len() < changes as usize && Instant::now() < deadline {
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;

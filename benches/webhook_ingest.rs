@@ -32,8 +32,8 @@ use rand::seq::SliceRandom;
 use webhook_reconciler::app::Application;
 use webhook_reconciler::change::tie::Guard;
 use webhook_reconciler::config::{Backend, Config};
-use webhook_reconciler::db::sql::{claim_sql, upsert_sql};
-use webhook_reconciler::webhook::verify::sign;
+use webhook_reconciler::signature as sign;
+use webhook_reconciler::store::baseline::{claim_sql, upsert_sql};
 
 const SECRET: &str = "bench-secret";
 

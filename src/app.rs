@@ -19,6 +19,7 @@ use crate::config::{Config, Scheme};
 use crate::db::Db;
 use crate::http::{HttpState, router};
 use crate::reconcile::{Reconciler, schedule};
+use crate::retention::Owners;
 use crate::store::Store;
 use crate::webhook::{ConflictKey, Receiver};
 
@@ -32,12 +33,14 @@ const CONFLICT_QUEUE: usize = 1024;
 /// [`Application::local_addr`].
 pub struct Application {
     listener: TcpListener,
-    router: axum::Router,
+    router: crate::http::Routes,
     db: Db,
     reconciler: Reconciler,
     conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
     /// One per configured consumer of the change feed.
     pushers: Vec<Pusher>,
+    /// The tables' owners, for retention.
+    owners: Owners,
     config: Arc<Config>,
 }
 
@@ -80,16 +83,29 @@ impl Application {
             .with_context(|| format!("cannot listen on {} (http.listen)", config.http.listen))?;
         let config = Arc::new(config);
         crate::observability::install();
+        let book = Bookkeeping::new(db.clone());
         let router = router(HttpState {
             receivers,
             db: db.clone(),
+            book: book.clone(),
             config: config.clone(),
         });
-        let book = Bookkeeping::new(db.clone());
+        let owners = Owners {
+            store: store.clone(),
+            book: book.clone(),
+            feed: Feed::new(db.clone()),
+        };
         let pushers = config
             .consumers
             .iter()
-            .map(|c| Pusher::new(c.clone(), db.clone(), book.clone(), store.published()))
+            .map(|c| {
+                Pusher::new(
+                    c.clone(),
+                    db.clone(),
+                    book.clone(),
+                    store.outbox().published(),
+                )
+            })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let reconciler = Reconciler::new(config.clone(), store, book)?;
         Ok(Self {
@@ -99,6 +115,7 @@ impl Application {
             reconciler,
             conflicts,
             pushers,
+            owners,
             config,
         })
     }
@@ -132,7 +149,7 @@ impl Application {
             cancel.clone(),
         ));
         tracker.spawn(prune_loop(
-            self.db.clone(),
+            self.owners.clone(),
             self.config.clone(),
             cancel.clone(),
         ));
@@ -146,20 +163,15 @@ impl Application {
         ));
         tracker.spawn(crate::systemd::watchdog(listen, cancel.clone()));
         tracker.spawn(crate::systemd::status_line(
-            self.db.clone(),
+            self.owners.book.clone(),
             self.config.clone(),
             cancel.clone(),
         ));
         tracing::info!(%listen, "serving");
         crate::systemd::ready(&format!("serving on {listen}"));
         let stop = cancel.clone();
-        let listener = crate::http::LimitedListener::new(
-            self.listener,
-            self.config.http.max_connections,
-            self.config.http.idle_timeout,
-        );
-        let served = axum::serve(listener, self.router)
-            .with_graceful_shutdown(async move {
+        let served =
+            crate::http::serve(self.listener, self.router, &self.config.http, async move {
                 shutdown.await;
                 stop.cancel();
             })
@@ -187,7 +199,7 @@ impl Application {
 
 /// Retention under `serve`: a first pass soon after start (so a restart loop still
 /// prunes), then every `retention.every`.
-async fn prune_loop(db: Db, config: Arc<Config>, cancel: CancellationToken) {
+async fn prune_loop(owners: Owners, config: Arc<Config>, cancel: CancellationToken) {
     let every = config.retention.every;
     let first = every.min(Duration::from_secs(60));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
@@ -197,7 +209,7 @@ async fn prune_loop(db: Db, config: Arc<Config>, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match crate::store::retention::prune(&db, &config, &cancel).await {
+        match crate::retention::prune(&owners, &config, &cancel).await {
             Ok(r) => tracing::info!(
                 processed_events = r.processed_events,
                 reconcile_runs = r.reconcile_runs,

@@ -2,7 +2,7 @@
 //! which `/metrics`, `/readyz`, `status` and systemd's STATUS= line all report.
 //!
 //! Counters and histograms are recorded where things happen (`http::reply`,
-//! `reconcile`, `store::retention`); gauges that describe the database (seconds since
+//! `reconcile`, `retention`); gauges that describe the database (seconds since
 //! the last successful reconcile, pool use) are read when scraped, so every replica
 //! reports the same truth.
 
@@ -12,8 +12,9 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
 
+use crate::bookkeeping::Bookkeeping;
 use crate::config::{Config, Schedule};
-use crate::db::{Db, DbError, sql};
+use crate::db::{Db, DbError};
 
 /// Delivery latency buckets, seconds.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -174,8 +175,8 @@ pub struct KindFreshness {
 }
 
 /// Freshness of every scheduled kind with a list endpoint.
-pub async fn freshness(db: &Db, config: &Config) -> Result<Vec<KindFreshness>, DbError> {
-    let ages = db.read(sql::last_success_ages).await?;
+pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFreshness>, DbError> {
+    let ages = book.last_success_ages().await?;
     let mut out = Vec::new();
     for source in &config.sources {
         let stale_after = source
@@ -224,8 +225,8 @@ pub async fn freshness(db: &Db, config: &Config) -> Result<Vec<KindFreshness>, D
 }
 
 /// The `/metrics` body: the recorded series plus the gauges read now.
-pub async fn render(db: &Db, config: &Config) -> String {
-    if let Ok(kinds) = freshness(db, config).await {
+pub async fn render(db: &Db, book: &Bookkeeping, config: &Config) -> String {
+    if let Ok(kinds) = freshness(book, config).await {
         for k in kinds {
             if let Some(age) = k.last_success_age_seconds {
                 metrics::gauge!("reconcile_seconds_since_success", "source" => k.source.clone(), "kind" => k.kind.clone()).set(age);
@@ -262,7 +263,13 @@ pub async fn render(db: &Db, config: &Config) -> String {
 }
 
 /// Records one finished reconcile run.
-pub fn record_run(source: &str, kind: &str, status: &str, counts: &sql::RunCounts, took: Duration) {
+pub fn record_run(
+    source: &str,
+    kind: &str,
+    status: &str,
+    counts: &crate::bookkeeping::RunCounts,
+    took: Duration,
+) {
     let (s, k) = (source.to_string(), kind.to_string());
     metrics::counter!("reconcile_runs_total", "source" => s.clone(), "kind" => k.clone(), "status" => status.to_string()).increment(1);
     metrics::histogram!("reconcile_run_duration_seconds", "source" => s.clone(), "kind" => k.clone()).record(took.as_secs_f64());

@@ -12,8 +12,8 @@ use sd_notify::NotifyState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::bookkeeping::Bookkeeping;
 use crate::config::Config;
-use crate::db::Db;
 
 /// How often STATUS= is refreshed.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
@@ -75,7 +75,7 @@ async fn healthz(addr: SocketAddr) -> bool {
 
 /// Keeps STATUS= current: deliveries handled, and the age of the oldest last
 /// successful reconcile.
-pub async fn status_line(db: Db, config: Arc<Config>, cancel: CancellationToken) {
+pub async fn status_line(book: Bookkeeping, config: Arc<Config>, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(STATUS_EVERY);
     loop {
         tokio::select! {
@@ -83,7 +83,7 @@ pub async fn status_line(db: Db, config: Arc<Config>, cancel: CancellationToken)
             _ = tick.tick() => {}
         }
         let deliveries = crate::observability::deliveries();
-        let reconcile = match crate::observability::freshness(&db, &config).await {
+        let reconcile = match crate::observability::freshness(&book, &config).await {
             Ok(kinds) if kinds.is_empty() => "no reconciled kinds".to_string(),
             Ok(kinds) => {
                 let overdue = kinds.iter().filter(|k| k.overdue).count();

@@ -53,21 +53,12 @@ pub fn init(log: &LogConfig) {
     }
 }
 
-/// Whether the environment asks for trace export: an OTLP endpoint, and neither
-/// `OTEL_SDK_DISABLED=true` nor `OTEL_TRACES_EXPORTER=none`.
-fn export_wanted() -> bool {
-    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.trim().is_empty());
-    let is = |k: &str, v: &str| std::env::var(k).is_ok_and(|x| x.trim().eq_ignore_ascii_case(v));
-    (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-        && !is("OTEL_SDK_DISABLED", "true")
-        && !is("OTEL_TRACES_EXPORTER", "none")
-}
-
-/// The OTLP/HTTP tracer, batched on the SDK's own thread, when [`export_wanted`]. A
-/// configuration the exporter refuses is reported and tracing stays off: traces are
-/// not worth refusing to start over.
+/// The OTLP/HTTP tracer, batched on the SDK's own thread, when the environment asks
+/// for it (`config::otel`). A configuration the exporter refuses is reported and
+/// tracing stays off: traces are not worth refusing to start over.
 fn otlp_tracer() -> Option<opentelemetry_sdk::trace::Tracer> {
-    if !export_wanted() {
+    let export = crate::config::otel::TraceExport::from_env();
+    if !export.wanted {
         return None;
     }
     let exporter = match opentelemetry_otlp::SpanExporter::builder()
@@ -81,7 +72,7 @@ fn otlp_tracer() -> Option<opentelemetry_sdk::trace::Tracer> {
         }
     };
     let mut resource = opentelemetry_sdk::Resource::builder();
-    if std::env::var("OTEL_SERVICE_NAME").is_err() {
+    if !export.service_name_set {
         resource = resource.with_service_name(SERVICE);
     }
     let provider = SdkTracerProvider::builder()

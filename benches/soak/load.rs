@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+use webhook_reconciler::signature as sign;
 use webhook_reconciler::simulator::SimSender;
-use webhook_reconciler::webhook::verify::sign;
 
 pub const SECRET: &str = "soak-secret";
 pub const ORDERS: usize = 2000;

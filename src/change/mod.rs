@@ -3,7 +3,7 @@
 //!
 //! Both flows produce a [`Change`] and hand it to `store`; nothing here touches the
 //! database. `tie` holds the tie rule both flows obey, in Rust (its SQL twin is
-//! `db::sql::guard_condition`).
+//! `store::sql::guard_condition`).
 
 pub mod limits;
 pub mod tie;

@@ -1,7 +1,7 @@
 //! The tie rule, in Rust: how an incoming state relates to the stored row, and which of
 //! those relations each write path applies. Pure.
 //!
-//! Its SQL twin is `db::sql::guard_condition`, the WHERE of the guarded upsert, which
+//! Its SQL twin is `store::sql::guard_condition`, the WHERE of the guarded upsert, which
 //! decides again under the row lock. `tests/it/tie_rule.rs` runs one truth table through
 //! both, on both backends, so the two cannot drift apart.
 

@@ -83,7 +83,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         });
         let progress = {
             let bar = bar.clone();
-            move |c: &crate::db::sql::RunCounts| {
+            move |c: &crate::reconcile::RunCounts| {
                 if let Some(bar) = &bar {
                     bar.set_message(format!(
                         "page {}, {} scanned, {} applied",

@@ -2,9 +2,12 @@
 
 use serde::Serialize;
 
+use crate::bookkeeping::{Bookkeeping, PruneRow, RunRow};
 use crate::config::Config;
-use crate::db::{Db, sql};
+use crate::db::Db;
+use crate::feed::{Feed, Lag};
 use crate::observability::{KindFreshness, freshness};
+use crate::store::{SourceCount, Store};
 
 /// Runs shown per kind.
 const RECENT_RUNS: i64 = 5;
@@ -13,7 +16,7 @@ const RECENT_RUNS: i64 = 5;
 struct KindStatus {
     #[serde(flatten)]
     freshness: KindFreshness,
-    recent_runs: Vec<sql::RunRow>,
+    recent_runs: Vec<RunRow>,
 }
 
 #[derive(Serialize)]
@@ -21,31 +24,29 @@ struct ConsumerStatus {
     consumer: String,
     position: i64,
     #[serde(flatten)]
-    lag: sql::Lag,
+    lag: Lag,
 }
 
 #[derive(Serialize)]
 struct Status {
     kinds: Vec<KindStatus>,
     consumers: Vec<ConsumerStatus>,
-    dead_letters: Vec<sql::SourceCount>,
-    last_prune: Option<sql::PruneRow>,
+    dead_letters: Vec<SourceCount>,
+    last_prune: Option<PruneRow>,
 }
 
 pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let db = Db::connect(&config.database)?;
+    let book = Bookkeeping::new(db.clone());
     let mut kinds = Vec::new();
-    for f in freshness(&db, config).await? {
-        let (s, k) = (f.source.clone(), f.kind.clone());
-        let recent_runs = db
-            .read(move |c| sql::recent_runs(c, &s, &k, RECENT_RUNS))
-            .await?;
+    for f in freshness(&book, config).await? {
+        let recent_runs = book.recent_runs(&f.source, &f.kind, RECENT_RUNS).await?;
         kinds.push(KindStatus {
             freshness: f,
             recent_runs,
         });
     }
-    let feed = crate::feed::Feed::new(db.clone());
+    let feed = Feed::new(db.clone());
     let mut consumers = Vec::new();
     for c in &config.consumers {
         consumers.push(ConsumerStatus {
@@ -54,8 +55,8 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             lag: feed.lag(c).await?,
         });
     }
-    let dead_letters = db.read(sql::dead_letter_counts).await?;
-    let last_prune = db.read(sql::last_prune).await?;
+    let dead_letters = Store::new(db).dead_letter_counts().await?;
+    let last_prune = book.last_prune().await?;
     let st = Status {
         kinds,
         consumers,
@@ -145,8 +146,9 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
 
 pub async fn prune(config: &Config) -> anyhow::Result<()> {
     let db = Db::connect(&config.database)?;
+    let owners = crate::retention::Owners::new(db);
     let report =
-        crate::store::retention::prune(&db, config, &tokio_util::sync::CancellationToken::new())
+        crate::retention::prune(&owners, config, &tokio_util::sync::CancellationToken::new())
             .await?;
     println!(
         "pruned {} event ids, {} reconcile runs, {} dead letters, {} changes in {:.1}s",

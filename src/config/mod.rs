@@ -14,6 +14,7 @@
 //! | `secret` | secret references (`{ env }`, `{ file }`) and their redacted types |
 
 pub mod defaults;
+pub mod otel;
 mod raw;
 mod secret;
 mod types;

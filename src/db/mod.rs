@@ -11,7 +11,7 @@
 //! `BEGIN IMMEDIATE`, so the write lock is held from the first statement and concurrent
 //! writers queue (busy timeout) instead of failing with "database is locked".
 
-pub mod sql;
+pub(crate) mod sql;
 mod sqlite_memory;
 
 use std::sync::Arc;
@@ -484,28 +484,6 @@ impl Db {
         })
         .await
         .map_err(|e| DbError::Task(e.to_string()))?
-    }
-
-    /// On PostgreSQL, vacuums `change_pending` (and `change_seq`). Every row of the
-    /// first dies in the transaction that wrote it: without a vacuum the table only
-    /// grows (a 10M first sync left 4.2 GB of dead rows, and a server with autovacuum
-    /// off, or one busy with large tables, never gets to it). Cheap when there is little to do; never waits for
-    /// another vacuum of it (SKIP_LOCKED). A failure is logged, not returned: nothing
-    /// depends on it but disk space and statement costs.
-    pub async fn vacuum_pending_changes(&self) {
-        if self.backend != Backend::Postgres {
-            return;
-        }
-        let started = std::time::Instant::now();
-        match self.read(sql::vacuum_change_pending).await {
-            Ok(()) => tracing::debug!(
-                seconds = started.elapsed().as_secs_f64(),
-                "vacuumed change_pending"
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not vacuum change_pending; its dead rows stay until autovacuum gets to them")
-            }
-        }
     }
 
     /// Applies the embedded migrations that have not run yet; returns their versions.

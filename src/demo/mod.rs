@@ -23,11 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::Application;
 use crate::config::Config;
-use crate::db::{Db, sql};
 use crate::reconcile::{Reconciler, RunOptions, RunStatus};
 use crate::simulator::deliver::{DeliveryStats, Faults, deliver};
 use crate::simulator::{SimSender, Style};
 use crate::store::Store;
+use crate::store::StoredRow;
 
 const TEMPLATE: &str = include_str!("../../config/demo.toml");
 const STATUSES: [&str; 6] = [
@@ -158,6 +158,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         .context("starting the daemon")?;
     let url = format!("http://{}{}", app.local_addr(), "/webhooks/shop");
     let db = app.db().clone();
+    let store = Store::new(db.clone());
     let stop = CancellationToken::new();
     let server = {
         let stop = stop.clone();
@@ -187,13 +188,13 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
     // Conflicts are resolved from the sender in the background; give the resolver the
     // moment it needs, bounded, before measuring what the webhooks left behind.
     let conflicts = deliveries.answers.get("conflict").copied().unwrap_or(0);
-    let mut diverged_before = diverged(&db, &expected).await?;
+    let mut diverged_before = diverged(&store, &expected).await?;
     if conflicts > 0 {
         // Settled once two readings 200 ms apart agree (at most 5 s).
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let d = diverged(&db, &expected).await?;
+            let d = diverged(&store, &expected).await?;
             if d == diverged_before {
                 break;
             }
@@ -209,7 +210,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         );
         let reconciler = Reconciler::new(
             std::sync::Arc::new(config.clone()),
-            Store::new(db.clone()),
+            store.clone(),
             Bookkeeping::new(db.clone()),
         )?;
         for (source, kind) in reconciler
@@ -233,10 +234,10 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
             repaired += report.counts.applied;
         }
     }
-    let diverged_at_end = diverged(&db, &expected).await?;
+    let diverged_at_end = diverged(&store, &expected).await?;
     // Every committed change reaches the application (pushed within a second while it
     // keeps up); wait for the last one, bounded.
-    let changes = db.read(crate::db::sql::last_seq).await?;
+    let changes = crate::feed::Feed::new(db.clone()).last_seq().await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while application.counts().performed < changes as usize && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -362,26 +363,16 @@ fn expected_state(sim: &SimSender) -> BTreeMap<(String, String), (i64, Value)> {
 
 /// How many resources differ between the local table and the sender.
 async fn diverged(
-    db: &Db,
+    store: &Store,
     expected: &BTreeMap<(String, String), (i64, Value)>,
 ) -> anyhow::Result<usize> {
     let mut by_kind: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (kind, id) in expected.keys() {
         by_kind.entry(kind.clone()).or_default().push(id.clone());
     }
-    let mut local: BTreeMap<(String, String), sql::StoredRow> = BTreeMap::new();
+    let mut local: BTreeMap<(String, String), StoredRow> = BTreeMap::new();
     for (kind, ids) in by_kind {
-        let k = kind.clone();
-        let rows = db
-            .read(move |c| {
-                let mut rows = Vec::new();
-                for chunk in ids.chunks(sql::MAX_IN_LIST) {
-                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::stored_rows_with_states(c, "shop", &k, &refs)?);
-                }
-                Ok(rows)
-            })
-            .await?;
+        let rows = store.stored_rows_with_states("shop", &kind, ids).await?;
         for r in rows {
             local.insert((kind.clone(), r.id.clone()), r);
         }

@@ -1,21 +1,28 @@
 //! The change feed: what the application acts on. Every write that changes a resource
-//! appends one row to `changes` in its own transaction (a trigger fills
-//! `change_pending`; `store` numbers them last, under a lock held to commit, so `seq`
-//! grows in visibility order). This module reads the feed: for `GET /changes`, the
-//! `changes` command, and `push`, which delivers it to the configured consumers.
+//! appends one row to `changes` in its own transaction: a trigger fills
+//! `change_pending`, and `outbox::publish`, called by `store` last in the transaction,
+//! numbers the rows under a lock held to commit, so `seq` grows in visibility order.
+//! This module owns the feed's tables (`change_pending`, `changes`, `change_seq`,
+//! `consumer_positions`, `consumer_skips`): `outbox` publishes, wakes and vacuums,
+//! [`Feed`] reads for `GET /changes` and the `changes` command, advances positions and
+//! prunes, and `push` delivers to the configured consumers.
 //!
-//! Invariant: only this module reads `changes` and writes `consumer_positions` and
-//! `consumer_skips`; a consumer's position only moves forward, and only past changes
-//! its application answered 2xx (or that `on_failure = "skip"` recorded).
+//! Invariant: only this module runs SQL on those tables; a consumer's position only
+//! moves forward, fenced on the consumer's lease, and only past changes its
+//! application answered 2xx (or that `on_failure = "skip"` recorded).
 
+pub mod outbox;
 pub mod push;
+mod sql;
 
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::bookkeeping::{Fence, LeaseLost};
 use crate::config::ConsumerConfig;
-use crate::db::sql::{self, ChangeRow, Lag};
 use crate::db::{Db, DbError};
+use sql::ChangeRow;
+pub use sql::Lag;
 
 /// One change as the application sees it (pushed body, pulled item, printed line).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -36,24 +43,34 @@ pub struct FeedChange {
     pub changed_at: String,
 }
 
-impl From<ChangeRow> for FeedChange {
-    fn from(r: ChangeRow) -> Self {
-        FeedChange {
+impl TryFrom<ChangeRow> for FeedChange {
+    type Error = DbError;
+
+    /// A stored state that is not JSON is an error, never a silent `null`: the
+    /// application would take it for a tombstone's missing state.
+    fn try_from(r: ChangeRow) -> Result<Self, DbError> {
+        let state = match r.state.as_deref() {
+            None => Value::Null,
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                DbError::Task(format!(
+                    "change {} ({}/{} {}): its stored state is not JSON ({e}); \
+                     the row was changed outside webhook-reconciler",
+                    r.seq, r.source, r.kind, r.id
+                ))
+            })?,
+        };
+        Ok(FeedChange {
             seq: r.seq,
             source: r.source,
             kind: r.kind,
             id: r.id,
             version: r.version,
             deleted: r.deleted,
-            state: r
-                .state
-                .as_deref()
-                .and_then(|s| serde_json::from_str(s).ok())
-                .unwrap_or(Value::Null),
+            state,
             origin: r.origin,
             event_id: r.event_id,
             changed_at: r.changed_at,
-        }
+        })
     }
 }
 
@@ -99,7 +116,7 @@ impl Feed {
             .db
             .read(move |c| sql::changes_after(c, after, limit, &filter.sources, &filter.kinds))
             .await?;
-        Ok(rows.into_iter().map(FeedChange::from).collect())
+        rows.into_iter().map(FeedChange::try_from).collect()
     }
 
     /// The highest seq committed so far (every lower one is committed too).
@@ -112,6 +129,42 @@ impl Feed {
         let consumer = consumer.to_string();
         self.db
             .read(move |c| sql::consumer_position(c, &consumer))
+            .await
+    }
+
+    /// Moves `consumer`'s position to `position`, in a transaction fenced on the
+    /// consumer's lease: when the lease is no longer ours, nothing moves.
+    pub async fn advance(
+        &self,
+        consumer: &str,
+        position: i64,
+        fence: Fence,
+    ) -> Result<Result<(), LeaseLost>, DbError> {
+        let consumer = consumer.to_string();
+        self.db
+            .write(move |c| {
+                if let Err(lost) = fence.check(c)? {
+                    return Ok(Err(lost));
+                }
+                sql::advance_consumer(c, &consumer, position)?;
+                Ok(Ok(()))
+            })
+            .await
+    }
+
+    /// Records that `consumer` skipped change `seq` after `attempts` (`on_failure =
+    /// "skip"`), with the last error.
+    pub async fn record_skip(
+        &self,
+        consumer: &str,
+        seq: i64,
+        attempts: u32,
+        error: &str,
+    ) -> Result<(), DbError> {
+        let (name, error) = (consumer.to_string(), error.to_string());
+        let attempts = i32::try_from(attempts).unwrap_or(i32::MAX);
+        self.db
+            .write(move |c| sql::record_consumer_skip(c, &name, seq, attempts, &error))
             .await
     }
 

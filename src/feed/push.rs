@@ -19,9 +19,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Feed, FeedChange, Filter};
 use crate::bookkeeping::{Bookkeeping, Lease, LeaseLost};
 use crate::config::{ConsumerConfig, OnFailure};
-use crate::db::sql;
 use crate::db::{Db, DbError};
-use crate::webhook::verify::sign;
+use crate::signature as sign;
 
 /// Changes read per batch.
 const BATCH: i64 = 500;
@@ -56,10 +55,9 @@ enum Delivered {
 pub struct Pusher {
     consumer: ConsumerConfig,
     feed: Feed,
-    db: Db,
     book: Bookkeeping,
     /// Shared by the delivery tasks of every batch.
-    delivery: Arc<Delivery>,
+    endpoint: Arc<Endpoint>,
     published: Arc<Notify>,
 }
 
@@ -79,13 +77,12 @@ impl Pusher {
             .build()?;
         Ok(Self {
             feed: Feed::new(db.clone()),
-            delivery: Arc::new(Delivery {
+            endpoint: Arc::new(Endpoint {
                 consumer: consumer.clone(),
                 client,
-                db: db.clone(),
+                feed: Feed::new(db.clone()),
             }),
             consumer,
-            db,
             book,
             published,
         })
@@ -108,7 +105,9 @@ impl Pusher {
                             let heartbeat = self.book.keep_alive(LEASE_SOURCE, &name, LEASE_TTL);
                             let result = self.push_while_holding(&cancel).await;
                             drop(heartbeat);
-                            let _ = self.book.release_lease(LEASE_SOURCE, &name).await;
+                            if let Err(e) = self.book.release_lease(LEASE_SOURCE, &name).await {
+                                tracing::warn!(error = %e, "could not release the consumer's lease; it expires by itself");
+                            }
                             if let Err(e) = result {
                                 tracing::warn!(error = %e, "pushing stopped; retrying");
                             }
@@ -163,16 +162,7 @@ impl Pusher {
                 return Ok(());
             }
             let fence = self.book.fence(LEASE_SOURCE, name, LEASE_TTL);
-            let consumer = name.clone();
-            self.db
-                .write(move |c| {
-                    if let Err(lost) = fence.check(c)? {
-                        return Ok(Err(lost));
-                    }
-                    sql::advance_consumer(c, &consumer, last)?;
-                    Ok(Ok(()))
-                })
-                .await??;
+            self.feed.advance(name, last, fence).await??;
             position = last;
         }
     }
@@ -190,7 +180,7 @@ impl Pusher {
         let permits = Arc::new(Semaphore::new(PARALLEL));
         let mut tasks = tokio::task::JoinSet::new();
         for (_, changes) in by_resource {
-            let (this, permits, cancel) = (self.delivery.clone(), permits.clone(), cancel.clone());
+            let (this, permits, cancel) = (self.endpoint.clone(), permits.clone(), cancel.clone());
             tasks.spawn(async move {
                 let Ok(_permit) = permits.acquire_owned().await else {
                     return false;
@@ -211,14 +201,14 @@ impl Pusher {
     }
 }
 
-/// What one delivery task needs.
-struct Delivery {
+/// The consumer's endpoint, as each delivery task needs it.
+struct Endpoint {
     consumer: ConsumerConfig,
     client: reqwest::Client,
-    db: Db,
+    feed: Feed,
 }
 
-impl Delivery {
+impl Endpoint {
     /// POSTs one change until it is answered 2xx (or skipped, or cancelled).
     async fn deliver(&self, change: &FeedChange, cancel: &CancellationToken) -> Delivered {
         let c = &self.consumer;
@@ -276,18 +266,9 @@ impl Delivery {
                             error,
                             "change skipped after max_attempts (on_failure = \"skip\")"
                         );
-                        let (name, seq, err) = (c.name.clone(), change.seq, error.clone());
                         let recorded = self
-                            .db
-                            .write(move |conn| {
-                                sql::record_consumer_skip(
-                                    conn,
-                                    &name,
-                                    seq,
-                                    i32::try_from(attempt).unwrap_or(i32::MAX),
-                                    &err,
-                                )
-                            })
+                            .feed
+                            .record_skip(&c.name, change.seq, attempt, &error)
                             .await;
                         if recorded.is_ok() {
                             metrics::counter!("feed_pushes_total", "consumer" => c.name.clone(), "result" => "skipped").increment(1);

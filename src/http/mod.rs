@@ -10,6 +10,23 @@ mod reply;
 
 pub use listener::Limited as LimitedListener;
 
+/// The routes [`router`] builds, for [`serve`].
+pub type Routes = Router;
+
+/// Serves `routes` on `listener` within `http.max_connections` and `http.idle_timeout`
+/// until `shutdown` completes, then lets in-flight requests finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    routes: Routes,
+    http: &crate::config::HttpConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = LimitedListener::new(listener, http.max_connections, http.idle_timeout);
+    axum::serve(listener, routes)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,16 +41,18 @@ use serde_json::json;
 use axum::extract::Query;
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::bookkeeping::Bookkeeping;
 use crate::config::Config;
 use crate::db::Db;
 use crate::feed::{Feed, Filter};
 use crate::webhook::Receiver;
-use reply::{error_reply, json_reply};
+use reply::{error_reply, json_reply, unavailable};
 
 /// Everything the routes need.
 pub struct HttpState {
     pub receivers: Vec<(String, Receiver)>,
     pub db: Db,
+    pub book: Bookkeeping,
     pub config: Arc<Config>,
 }
 
@@ -55,8 +74,8 @@ pub fn router(state: HttpState) -> Router {
             }),
         );
     }
-    let (db, config) = (state.db, state.config);
-    let (db2, config2) = (db.clone(), config.clone());
+    let (db, book, config) = (state.db, state.book, state.config);
+    let (db2, book2, config2) = (db.clone(), book.clone(), config.clone());
     // Without a token the endpoint does not exist: the webhook listener may face the
     // internet, and the feed carries every state.
     if let Some(token) = config.http.changes_token.clone() {
@@ -79,16 +98,16 @@ pub fn router(state: HttpState) -> Router {
         .route(
             "/readyz",
             get(move || {
-                let (db, config) = (db.clone(), config.clone());
-                async move { readyz(&db, &config).await }
+                let (db, book, config) = (db.clone(), book.clone(), config.clone());
+                async move { readyz(&db, &book, &config).await }
             }),
         )
         .route(
             "/metrics",
             get(move || {
-                let (db, config) = (db2.clone(), config2.clone());
+                let (db, book, config) = (db2.clone(), book2.clone(), config2.clone());
                 async move {
-                    let body = crate::observability::render(&db, &config).await;
+                    let body = crate::observability::render(&db, &book, &config).await;
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
@@ -201,15 +220,8 @@ async fn changes(
             )
         }
         Err(e) => {
-            let mut r = error_reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("database unavailable: {e}"),
-            );
-            r.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(reply::RETRY_AFTER_SECS),
-            );
-            r
+            tracing::warn!(error = %e, "GET /changes: cannot read the change feed");
+            unavailable("the change feed cannot be read now; retry later")
         }
     }
 }
@@ -217,10 +229,10 @@ async fn changes(
 /// Ready when the database is reachable and migrated. The body also reports each
 /// kind's reconcile freshness; an overdue kind is reported, not made unready (a sender
 /// outage must not take the webhook receiver out of a load balancer).
-async fn readyz(db: &Db, config: &Config) -> Response {
+async fn readyz(db: &Db, book: &Bookkeeping, config: &Config) -> Response {
     match db.is_migrated().await {
         Ok(true) => {
-            let kinds = crate::observability::freshness(db, config)
+            let kinds = crate::observability::freshness(book, config)
                 .await
                 .unwrap_or_default();
             let feed = Feed::new(db.clone());

@@ -21,6 +21,15 @@ pub fn error_reply(status: StatusCode, message: impl Into<String>) -> Response {
     json_reply(status, json!({"error": message.into()}))
 }
 
+/// 503 with `Retry-After`: "not now, the same request will succeed later". `message`
+/// says what to do; an internal error's text never goes in it (it is logged instead).
+pub fn unavailable(message: impl Into<String>) -> Response {
+    let mut r = error_reply(StatusCode::SERVICE_UNAVAILABLE, message);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    r
+}
+
 fn count(source: &str, result: &'static str, took: Option<Duration>) {
     crate::observability::count_delivery();
     metrics::counter!("webhook_deliveries_total", "source" => source.to_string(), "result" => result).increment(1);
@@ -37,15 +46,9 @@ pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
         max_in_flight,
         "delivery refused: http.max_in_flight deliveries are already being handled; the sender will retry"
     );
-    let mut r = error_reply(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!(
-            "{max_in_flight} deliveries are already being handled (http.max_in_flight); retry later"
-        ),
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-    r
+    unavailable(format!(
+        "{max_in_flight} deliveries are already being handled (http.max_in_flight); retry later"
+    ))
 }
 
 pub fn too_large(source: &str, max_body: usize) -> Response {
@@ -104,13 +107,7 @@ pub fn delivery(
         }
         Err(Rejection::Unavailable(e)) => {
             tracing::error!(source, error = %e, "delivery not applied: database unavailable; the sender will retry");
-            let mut r = error_reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "database unavailable; retry later",
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-            r
+            unavailable("database unavailable; retry later")
         }
     }
 }

@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 
+use crate::bookkeeping::RunCounts;
 use crate::change::Change;
 use crate::change::tie::{Guard, Relation, relation};
-use crate::db::sql::{RunCounts, StoredRow};
+use crate::store::StoredRow;
 
 /// How one listed item relates to the local row: the tie rule's relation.
 pub fn verdict(local: Option<&StoredRow>, remote: &Change) -> Relation {

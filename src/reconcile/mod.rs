@@ -31,10 +31,10 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::bookkeeping::{Bookkeeping, LeaseLost};
+pub use crate::bookkeeping::{Mode, RunCounts};
 use crate::change::Pointers;
 use crate::config::{Action, Config, KindConfig, SourceConfig};
 use crate::db::DbError;
-pub use crate::db::sql::{Mode, RunCounts};
 use crate::sender::{Sender, SenderError};
 use crate::store::Store;
 
@@ -247,7 +247,7 @@ impl Reconciler {
             }
             // Inside the run's time: it is work the run's writes made.
             if report.counts.applied + report.counts.tombstoned > 0 && !opts.dry_run {
-                self.store.db().vacuum_pending_changes().await;
+                self.store.outbox().vacuum().await;
             }
             report.seconds = started.elapsed().as_secs_f64();
             let recorded = match &report.status {

@@ -6,8 +6,8 @@ use super::progress::ProgressGuard;
 use super::{RunError, item_pointers};
 use crate::change::Change;
 use crate::config::{CATCHUP_KIND, KindConfig};
-use crate::db::sql::StoredRow;
 use crate::sender::Next;
+use crate::store::StoredRow;
 
 /// The fetcher stage: pages through the listing from `at`, each page checked by the
 /// progress guard before the next is requested; stops at the last page, at the first

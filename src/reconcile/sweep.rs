@@ -10,12 +10,13 @@ use super::plan::Plan;
 use super::progress::ProgressGuard;
 use super::stages::{ReadItem, fetch_pages, read_page};
 use super::{KindReport, Mode, Reconciler, RunCounts, RunError, RunOptions, RunStatus, compare};
+use crate::bookkeeping::RunState;
 use crate::bookkeeping::{Lease, RunId};
 use crate::change::Change;
 use crate::config::{CATCHUP_KIND, KindConfig, SourceConfig};
 use crate::db::ErrorClass;
-use crate::db::sql::{RunState, StoredRow};
 use crate::sender::SenderError;
+use crate::store::StoredRow;
 
 /// How many ids a dry run lists as examples.
 pub(super) const DRY_RUN_EXAMPLES: usize = 10;

@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::webhook::verify::sign;
+use crate::signature as sign;
 
 /// Fault rates, each a probability per event.
 #[derive(Debug, Clone, Copy)]

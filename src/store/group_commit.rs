@@ -11,11 +11,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, Notify, mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::{Delivery, Outcome, apply_deliveries};
 use crate::change::ResourceKey;
 use crate::db::{Db, DbError};
+use crate::feed::outbox::Outbox;
 
 /// Concurrent writer transactions on PostgreSQL: two overlap one transaction's commit
 /// with the next one's statements (which matters with a distant database), and keep
@@ -40,13 +41,12 @@ pub(super) struct GroupCommit {
 
 impl GroupCommit {
     /// Starts `writers` writer tasks; they stop when the last handle is dropped.
-    /// `published` is woken after every commit that applied something (the change feed's
-    /// pushers wait on it).
-    pub fn start(db: Db, writers: usize, published: Arc<Notify>) -> Self {
+    /// `outbox` is woken after every commit that published changes.
+    pub fn start(db: Db, writers: usize, outbox: Outbox) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..writers.max(1) {
-            tokio::spawn(writer(db.clone(), rx.clone(), published.clone()));
+            tokio::spawn(writer(db.clone(), rx.clone(), outbox.clone()));
         }
         Self { queue: tx }
     }
@@ -64,7 +64,7 @@ impl GroupCommit {
     }
 }
 
-async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, published: Arc<Notify>) {
+async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, outbox: Outbox) {
     loop {
         let mut jobs = Vec::new();
         {
@@ -79,7 +79,7 @@ async fn writer(db: Db, rx: Arc<Mutex<mpsc::Receiver<Job>>>, published: Arc<Noti
             }
         }
         for round in rounds(jobs) {
-            commit(&db, round, &published).await;
+            commit(&db, round, &outbox).await;
         }
     }
 }
@@ -123,7 +123,7 @@ fn rounds(jobs: Vec<Job>) -> Vec<Round> {
     rounds
 }
 
-async fn commit(db: &Db, round: Round, published: &Notify) {
+async fn commit(db: &Db, round: Round, outbox: &Outbox) {
     let Round { jobs, copies } = round;
     // How much a group saves is only known by watching it: deliveries per transaction.
     metrics::histogram!("webhook_group_commit_size").record((jobs.len() + copies.len()) as f64);
@@ -131,10 +131,8 @@ async fn commit(db: &Db, round: Round, published: &Notify) {
         Arc::new(jobs.iter().map(|j| j.delivery.clone()).collect());
     let input = deliveries.clone();
     match db.write(move |conn| apply_deliveries(conn, &input)).await {
-        Ok(outcomes) => {
-            if outcomes.contains(&Outcome::Applied) {
-                published.notify_waiters();
-            }
+        Ok((outcomes, published)) => {
+            outbox.wake(published);
             for (job, outcome) in jobs.into_iter().zip(outcomes) {
                 let _ = job.reply.send(Ok(outcome));
             }
@@ -149,7 +147,7 @@ async fn commit(db: &Db, round: Round, published: &Notify) {
                     jobs: vec![job],
                     copies: Vec::new(),
                 };
-                Box::pin(commit(db, alone, published)).await;
+                Box::pin(commit(db, alone, outbox)).await;
             }
         }
         Err(e) => {

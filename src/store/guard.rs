@@ -1,5 +1,5 @@
 //! The webhook path's labels for a change the guarded upsert did not apply. Pure; the
-//! rule itself is `change::tie` (and its SQL twin `db::sql::guard_condition`).
+//! rule itself is `change::tie` (and its SQL twin `store::sql::guard_condition`).
 
 pub use crate::change::tie::Guard;
 use crate::change::tie::{Relation, Stored, relation};

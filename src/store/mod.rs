@@ -1,28 +1,27 @@
 //! The guarded write: the one place that writes `processed_events` and `resources`.
 //! Both flows end here — webhooks through [`Store::apply_event`], reconciliation through
 //! [`Store::apply_batch`] — and both go through the same versioned upsert
-//! (`db::sql::upsert_sql`), differing only in the tie rule ([`Guard`]).
+//! (`store::sql::upsert_sql`), differing only in the tie rule ([`Guard`]).
 //!
 //! Invariant: an event's claim and its effect commit in one transaction. There is no
 //! "have I seen this id?" read anywhere: the primary key of `processed_events` decides.
 
 mod group_commit;
 pub mod guard;
-pub mod retention;
+mod sql;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
-
-use tokio::sync::Notify;
 
 use crate::bookkeeping::{Fence, LeaseLost, PageMark};
 pub use crate::change::tie::Guard;
 use crate::change::{Change, Origin, ResourceKey};
 use crate::config::Backend;
-use crate::db::sql::StoredRow;
-use crate::db::sql::{self, Claim, MAX_BATCH_ROWS};
+use crate::db::sql::MAX_IN_LIST;
 use crate::db::{Conn, Db, DbError, DbTime};
+use crate::feed::outbox::{self, Outbox, Published};
 use group_commit::GroupCommit;
+use sql::{Claim, MAX_BATCH_ROWS};
+pub use sql::{SourceCount, StoredRow};
 
 pub use crate::change::Outcome;
 
@@ -52,8 +51,8 @@ impl Delivery {
 pub struct Store {
     db: Db,
     commits: GroupCommit,
-    /// Woken after commits that may have appended to the change feed.
-    published: Arc<Notify>,
+    /// Publishes each write's changes to the feed and wakes its readers.
+    outbox: Outbox,
 }
 
 impl Store {
@@ -63,26 +62,23 @@ impl Store {
             Backend::Sqlite => 1,
             Backend::Postgres => group_commit::POSTGRES_WRITERS,
         };
-        let published = Arc::new(Notify::new());
-        let commits = GroupCommit::start(db.clone(), writers, published.clone());
+        let outbox = Outbox::new(db.clone());
+        let commits = GroupCommit::start(db.clone(), writers, outbox.clone());
         Self {
             db,
             commits,
-            published,
+            outbox,
         }
     }
 
-    pub fn db(&self) -> &Db {
-        &self.db
-    }
-
-    /// Woken (`notify_waiters`) after every commit that may have appended changes.
-    pub fn published(&self) -> Arc<Notify> {
-        self.published.clone()
+    /// The change feed's outbox every write of this store publishes to: the pushers
+    /// wait on it, the reconcile flow vacuums it after a run that wrote.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
     }
 
     /// Runs a write that may change resources; the changes it made are published in
-    /// its transaction, last (see `db::sql::publish_changes`).
+    /// its transaction, last (see `feed::outbox`).
     async fn write_changes<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
@@ -92,18 +88,11 @@ impl Store {
             .db
             .write(move |conn| {
                 let value = f(conn)?;
-                // A write that touched no row has nothing pending: no query, no lock.
-                let published = if value.rows() > 0 {
-                    sql::publish_changes(conn)?
-                } else {
-                    0
-                };
+                let published = outbox::publish(conn, value.rows())?;
                 Ok((value, published))
             })
             .await?;
-        if published > 0 {
-            self.published.notify_waiters();
-        }
+        self.outbox.wake(published);
         Ok(value)
     }
 
@@ -153,7 +142,7 @@ impl Store {
         .await
     }
 
-    /// The stored rows of `ids` of one kind (one bulk read per [`sql::MAX_IN_LIST`] ids).
+    /// The stored rows of `ids` of one kind (one bulk read per [`MAX_IN_LIST`] ids).
     pub async fn stored_rows(
         &self,
         source: &str,
@@ -164,12 +153,63 @@ impl Store {
         self.db
             .read(move |c| {
                 let mut rows = Vec::with_capacity(ids.len());
-                for chunk in ids.chunks(sql::MAX_IN_LIST) {
+                for chunk in ids.chunks(MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
                     rows.extend(sql::stored_rows(c, &s, &k, &refs)?);
                 }
                 Ok(rows)
             })
+            .await
+    }
+
+    /// [`Self::stored_rows`] with each row's state (the demo's comparison with the
+    /// sender).
+    pub async fn stored_rows_with_states(
+        &self,
+        source: &str,
+        kind: &str,
+        ids: Vec<String>,
+    ) -> Result<Vec<StoredRow>, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db
+            .read(move |c| {
+                let mut rows = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(MAX_IN_LIST) {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    rows.extend(sql::stored_rows_with_states(c, &s, &k, &refs)?);
+                }
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// Dead letters kept, per source.
+    pub async fn dead_letter_counts(&self) -> Result<Vec<SourceCount>, DbError> {
+        self.db.read(sql::dead_letter_counts).await
+    }
+
+    /// Deletes at most `limit` claims of `source` older than `age` (one bounded batch
+    /// through the time index); returns how many.
+    pub async fn prune_events(
+        &self,
+        source: &str,
+        age: std::time::Duration,
+        limit: i64,
+    ) -> Result<usize, DbError> {
+        let s = source.to_string();
+        self.db
+            .write(move |c| sql::prune_events(c, &s, age.as_secs_f64(), limit))
+            .await
+    }
+
+    /// Deletes at most `limit` dead letters last seen more than `age` ago.
+    pub async fn prune_dead_letters(
+        &self,
+        age: std::time::Duration,
+        limit: i64,
+    ) -> Result<usize, DbError> {
+        self.db
+            .write(move |c| sql::prune_dead_letters(c, age.as_secs_f64(), limit))
             .await
     }
 
@@ -216,7 +256,10 @@ impl Store {
 /// The deliveries have distinct event ids and distinct resources (`group_commit`
 /// guarantees it). Locks are taken claims first, then resources, each in key order, so
 /// concurrent transactions cannot deadlock on each other.
-fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryResult<Vec<Outcome>> {
+fn apply_deliveries(
+    conn: &mut Conn,
+    deliveries: &[Delivery],
+) -> diesel::QueryResult<(Vec<Outcome>, Published)> {
     let mut by_event: Vec<&Delivery> = deliveries.iter().collect();
     by_event.sort_by(|a, b| a.event_key().cmp(&b.event_key()));
     let claims: Vec<Claim<'_>> = by_event
@@ -276,9 +319,9 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
             by_kind.entry((&c.source, &c.kind)).or_default().push(&c.id);
         }
     }
-    let mut stored: HashMap<ResourceKey, sql::StoredRow> = HashMap::new();
+    let mut stored: HashMap<ResourceKey, StoredRow> = HashMap::new();
     for ((source, kind), ids) in by_kind {
-        for chunk in ids.chunks(sql::MAX_IN_LIST) {
+        for chunk in ids.chunks(MAX_IN_LIST) {
             for row in sql::stored_rows(conn, source, kind, chunk)? {
                 stored.insert(
                     ResourceKey::new(source.into(), kind.into(), row.id.clone()),
@@ -308,16 +351,14 @@ fn apply_deliveries(conn: &mut Conn, deliveries: &[Delivery]) -> diesel::QueryRe
         outcomes.push(outcome);
     }
     for ((source, _), (outcome, ids)) in labels {
-        for chunk in ids.chunks(sql::MAX_IN_LIST) {
+        for chunk in ids.chunks(MAX_IN_LIST) {
             sql::set_event_outcomes(conn, source, chunk, outcome)?;
         }
     }
     // Last in the transaction: the change feed's seqs are handed out at the end. A
     // group of duplicates and stale events wrote no row and has nothing to publish.
-    if !upserted.is_empty() {
-        sql::publish_changes(conn)?;
-    }
-    Ok(outcomes)
+    let published = outbox::publish(conn, upserted.len())?;
+    Ok((outcomes, published))
 }
 
 fn apply_batch(
@@ -362,7 +403,7 @@ impl Store {
                 return Ok(Err(lost));
             }
             let mut n = 0;
-            for chunk in ids.chunks(sql::MAX_IN_LIST) {
+            for chunk in ids.chunks(MAX_IN_LIST) {
                 let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
                 n += sql::tombstone(conn, &source, &kind, &refs, before)?;
             }
@@ -387,5 +428,22 @@ impl Written for Vec<ResourceKey> {
 impl Written for Result<usize, LeaseLost> {
     fn rows(&self) -> usize {
         self.as_ref().map_or(0, |n| *n)
+    }
+}
+
+/// The product's claim and guarded-upsert statements, for the benchmarks' baseline
+/// (`benches/webhook_ingest` runs the same SQL without the product around it). Not an
+/// API: nothing but the benchmarks may run SQL on the store's tables.
+#[doc(hidden)]
+pub mod baseline {
+    use crate::change::tie::Guard;
+    use crate::config::Backend;
+
+    pub fn claim_sql(rows: usize) -> String {
+        super::sql::claim_sql(rows)
+    }
+
+    pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) -> String {
+        super::sql::upsert_sql(backend, rows, guard, returning)
     }
 }

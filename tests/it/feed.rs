@@ -11,16 +11,15 @@ use std::time::Duration;
 use serde_json::json;
 use webhook_reconciler::change::Change;
 use webhook_reconciler::config::Action;
-use webhook_reconciler::db::sql;
-use webhook_reconciler::feed::{Feed, Filter};
+use webhook_reconciler::feed::Filter;
 use webhook_reconciler::reconcile::RunStatus;
 use webhook_reconciler::simulator::Style;
 use webhook_reconciler::store::{Delivery, Outcome, Store};
 
 use crate::helpers::consumer::ConsumerApp;
 use crate::helpers::{
-    Backend, TestDb, both_backends, config_toml, eventually, order_event, refund_event,
-    spawn_app_with, store_on,
+    Backend, TestDb, both_backends, config_toml, eventually, feed_on, handle_on, order_event,
+    refund_event, spawn_app_with, store_on,
 };
 use crate::reconcile::{order_fields, reconcile_config, reconciler_for, run, sim_with};
 
@@ -123,7 +122,7 @@ async fn every_write_that_changes_a_resource_appends_one_change_and_no_op_none(b
         "a newer version with the same state changes nothing"
     );
 
-    let feed = Feed::new(store.db().clone());
+    let feed = feed_on(&db).await;
     let all = feed.after(0, 100, &Filter::default()).await.unwrap();
     let seqs: Vec<i64> = all.iter().map(|c| c.seq).collect();
     assert_eq!(seqs, vec![1, 2, 3]);
@@ -203,7 +202,12 @@ fn hold_open_write(db: &TestDb) -> webhook_reconciler::db::Conn {
             .batch_execute(&format!("{begin}; {}", insert.replace("false", "0")))
             .unwrap(),
     }
-    assert_eq!(sql::publish_changes(&mut conn).unwrap(), 1);
+    assert!(
+        webhook_reconciler::feed::outbox::publish(&mut conn, 1)
+            .unwrap()
+            .anything(),
+        "the held transaction published its change"
+    );
     conn
 }
 
@@ -211,7 +215,7 @@ async fn a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_se
     use diesel::connection::SimpleConnection;
     let db = TestDb::new(b);
     let store = store_on(&db).await;
-    let feed = Feed::new(store.db().clone());
+    let feed = feed_on(&db).await;
     let mut held = hold_open_write(&db);
     // Five more writers commit meanwhile, or try to.
     let writers: Vec<_> = (0..5)
@@ -265,7 +269,7 @@ async fn a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_se
 async fn concurrent_writers_never_let_a_reader_skip_a_seq(b: Backend) {
     let db = TestDb::new(b);
     let store = store_on(&db).await;
-    let feed = Feed::new(store.db().clone());
+    let feed = feed_on(&db).await;
     let writers: Vec<_> = (0..8)
         .map(|w| {
             let store = store.clone();
@@ -548,8 +552,8 @@ async fn retention_keeps_changes_a_consumer_has_not_acknowledged(b: Backend) {
             + "\n[consumers.app]\nurl = \"http://127.0.0.1:9/feed\"\nsecret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZg==\"\n"),
     )
     .unwrap();
-    let report = webhook_reconciler::store::retention::prune(
-        store.db(),
+    let report = webhook_reconciler::retention::prune(
+        &webhook_reconciler::retention::Owners::new(handle_on(&db).await),
         &config,
         &tokio_util::sync::CancellationToken::new(),
     )

@@ -293,7 +293,7 @@ both_backends!(a_mapped_github_event_type_whose_body_lacks_its_fields_is_a_422);
 /// GitHub's event type comes from a header its signature does not cover: a type that is
 /// mapped but whose body lacks the mapped fields is a clear 422, never a silent success.
 async fn a_mapped_github_event_type_whose_body_lacks_its_fields_is_a_422(b: Backend) {
-    use webhook_reconciler::webhook::verify::sign;
+    use webhook_reconciler::signature as sign;
     let app = spawn_app(b).await;
     let body = json!({"action": "created", "comment": {"id": 5}}).to_string();
     let r = app

@@ -18,6 +18,7 @@ mod properties;
 mod reconcile;
 mod senders;
 mod store;
+mod structure;
 mod tie_rule;
 mod traces;
 mod webhook_http;

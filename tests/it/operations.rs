@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use webhook_reconciler::config::Config;
 use webhook_reconciler::db::Db;
+use webhook_reconciler::signature as sign;
 use webhook_reconciler::simulator::{SimSender, Style};
-use webhook_reconciler::webhook::verify::sign;
 
 use crate::helpers::process::{bin, free_port, signal};
 use crate::helpers::{
@@ -190,8 +190,8 @@ async fn retention_deletes_only_what_is_past_its_window_in_bounded_batches(b: Ba
     sql.push_str(&format!("INSERT INTO dead_letters (source, event_id, event_type, reason, body, last_seen_at) VALUES ('shop', 'd2', 't', 'r', '{{}}', {});", ago(2)));
     db.execute(&sql);
 
-    let report = webhook_reconciler::store::retention::prune(
-        &handle,
+    let report = webhook_reconciler::retention::prune(
+        &webhook_reconciler::retention::Owners::new(handle.clone()),
         &config,
         &tokio_util::sync::CancellationToken::new(),
     )

@@ -217,11 +217,7 @@ async fn thousands_of_random_and_mutated_deliveries_never_get_a_5xx_except_503_w
             let ts = crate::helpers::now();
             let signed = rng.random_range(0..10) != 0;
             let sig = if signed {
-                webhook_reconciler::webhook::verify::sign::hmac_sha256(
-                    SHOP_SECRET.as_bytes(),
-                    ts,
-                    &body,
-                )
+                webhook_reconciler::signature::hmac_sha256(SHOP_SECRET.as_bytes(), ts, &body)
             } else {
                 (0..rng.random_range(0..70))
                     .map(|_| rng.random_range(b' '..=b'~') as char)

@@ -1,5 +1,5 @@
 //! The tie rule is written twice — in Rust (`change::tie`) and in SQL
-//! (`db::sql::guard_condition`). One truth table runs through both, on both backends:
+//! (`store::sql::guard_condition`). One truth table runs through both, on both backends:
 //! for every case, each guard writes the row exactly when the Rust rule admits it.
 
 use webhook_reconciler::change::tie::{Guard, truth_table};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use serde_json::json;
-use webhook_reconciler::webhook::verify::sign;
+use webhook_reconciler::signature as sign;
 
 use crate::helpers::db::{Backend, TestDb};
 use crate::helpers::eventually;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use webhook_reconciler::webhook::verify::sign;
+use webhook_reconciler::signature as sign;
 
 use crate::helpers::proxy::Proxy;
 use crate::helpers::{

@@ -1,33 +1,14 @@
-//! Every SQL statement the product runs, one file per table family, each statement
-//! showing both backends side by side.
-//!
-//! | file | tables |
-//! | --- | --- |
-//! | `events` | `processed_events` (the claim), `dead_letters` |
-//! | `resources` | `resources`: the guarded upsert (the tie rule in SQL), local reads, tombstones |
-//! | `runs` | reconcile bookkeeping: `reconcile_runs`, `reconcile_leases`, `reconcile_checkpoints`, `reconcile_state` |
-//! | `retention` | bounded deletes, `prune_runs` |
-//! | `status` | read-only summaries for `status`, `/readyz` and metrics |
+//! What the three table owners' SQL shares: placeholders, prepared statements, clock and
+//! timestamp expressions. The statements themselves live with their tables' owners:
+//! `store::sql` (`resources`, `processed_events`, `dead_letters`), `bookkeeping::sql`
+//! (`reconcile_*`, `prune_runs`) and `feed::sql` (`change_pending`, `changes`,
+//! `change_seq`, `consumer_*`). Nothing else names them (`tests/it/structure.rs`).
 //!
 //! Placeholders are written one way, PostgreSQL's `$n`, and [`query`] turns them into
 //! SQLite's `?n` (which binds by the same number), so no statement is written twice
 //! just for its placeholders. Where the backends really differ (JSONB casts,
 //! `IS DISTINCT FROM`, clock functions) the statement says so with a `match`.
 //! Statements never contain a literal `$`.
-
-mod changes;
-mod events;
-mod resources;
-mod retention;
-mod runs;
-mod status;
-
-pub use changes::*;
-pub use events::*;
-pub use resources::*;
-pub use retention::*;
-pub use runs::*;
-pub use status::*;
 
 use diesel::backend::Backend as DieselBackend;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId, SqlQuery};
@@ -80,7 +61,7 @@ impl<Q: Query> Query for Prepared<Q> {
 impl<Q, C> diesel::RunQueryDsl<C> for Prepared<Q> {}
 
 /// The database clock's "now", as each backend stores timestamps.
-fn now(backend: Backend) -> &'static str {
+pub(crate) fn now(backend: Backend) -> &'static str {
     match backend {
         Backend::Postgres => "now()",
         Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
@@ -88,7 +69,7 @@ fn now(backend: Backend) -> &'static str {
 }
 
 /// `now + $n seconds`.
-fn plus_seconds(backend: Backend, n: usize) -> String {
+pub(crate) fn plus_seconds(backend: Backend, n: usize) -> String {
     match backend {
         Backend::Postgres => format!("now() + make_interval(secs => ${n})"),
         Backend::Sqlite => {
@@ -98,7 +79,7 @@ fn plus_seconds(backend: Backend, n: usize) -> String {
 }
 
 /// `now - $n seconds`.
-fn minus_seconds(backend: Backend, n: usize) -> String {
+pub(crate) fn minus_seconds(backend: Backend, n: usize) -> String {
     match backend {
         Backend::Postgres => format!("now() - make_interval(secs => ${n})"),
         Backend::Sqlite => {
@@ -108,7 +89,7 @@ fn minus_seconds(backend: Backend, n: usize) -> String {
 }
 
 /// A bound timestamp parameter `$n` (ISO 8601 UTC text) compared with a stored one.
-fn ts_param(backend: Backend, n: usize) -> String {
+pub(crate) fn ts_param(backend: Backend, n: usize) -> String {
     match backend {
         Backend::Postgres => format!("${n}::timestamptz"),
         Backend::Sqlite => format!("${n}"),
@@ -117,7 +98,7 @@ fn ts_param(backend: Backend, n: usize) -> String {
 
 /// A stored timestamp column as ISO 8601 UTC text with microseconds, the form
 /// [`crate::db::DbTime`] parses on both backends.
-fn ts_text(backend: Backend, column: &str) -> String {
+pub(crate) fn ts_text(backend: Backend, column: &str) -> String {
     match backend {
         Backend::Postgres => {
             format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
@@ -127,7 +108,7 @@ fn ts_text(backend: Backend, column: &str) -> String {
 }
 
 /// `$first, $first+1, ..` for an `IN (..)` list of `n` values.
-fn in_list(first: usize, n: usize) -> String {
+pub(crate) fn in_list(first: usize, n: usize) -> String {
     (0..n)
         .map(|i| format!("${}", first + i))
         .collect::<Vec<_>>()
@@ -135,16 +116,43 @@ fn in_list(first: usize, n: usize) -> String {
 }
 
 /// Most ids one `IN (..)` list carries.
-pub const MAX_IN_LIST: usize = 1000;
+pub(crate) const MAX_IN_LIST: usize = 1000;
 
 #[derive(diesel::QueryableByName)]
-struct TextValue {
+pub(crate) struct TextValue {
     #[diesel(sql_type = Text)]
-    v: String,
+    pub(crate) v: String,
 }
 
 #[derive(diesel::QueryableByName)]
-struct RunId {
+pub(crate) struct RunId {
     #[diesel(sql_type = BigInt)]
-    id: i64,
+    pub(crate) id: i64,
+}
+
+/// A stored timestamp as display text (milliseconds) on both backends.
+pub(crate) fn display_time(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Postgres => {
+            format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+        }
+        Backend::Sqlite => column.to_string(),
+    }
+}
+
+pub(crate) fn age_secs(backend: Backend, column: &str) -> String {
+    match backend {
+        Backend::Postgres => {
+            format!("CAST(EXTRACT(EPOCH FROM now() - {column}) AS DOUBLE PRECISION)")
+        }
+        Backend::Sqlite => format!("((julianday('now') - julianday({column})) * 86400.0)"),
+    }
+}
+
+/// The `state` column as JSON text on both backends (`resources` and `changes` alike).
+pub(crate) fn state_text(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "state::text AS state",
+        Backend::Sqlite => "state",
+    }
 }

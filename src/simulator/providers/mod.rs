@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::webhook::verify::sign;
+use crate::signature as sign;
 
 mod github;
 mod shopify;

@@ -3,6 +3,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderValue};
 
 use super::*;
+use crate::signature as sign;
 
 const NOW: i64 = 1_700_000_000;
 const TOLERANCE: Duration = Duration::from_secs(300);

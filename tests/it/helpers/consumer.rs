@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde_json::Value;
-use webhook_reconciler::webhook::verify::sign;
+use webhook_reconciler::signature as sign;
 
 /// `whsec_` + base64 of these bytes: the consumers' secret in the tests.
 pub const CONSUMER_KEY: &[u8] = b"consumer-key-0123456789abcdef!!";

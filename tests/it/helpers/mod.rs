@@ -12,12 +12,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 use webhook_reconciler::app::Application;
 use webhook_reconciler::config::Config;
-use webhook_reconciler::webhook::verify::sign;
+use webhook_reconciler::signature as sign;
 
 pub use db::{Backend, TestDb};
 
 /// A migrated database behind the store API, configured like [`config_toml`].
 pub async fn store_on(db: &TestDb) -> webhook_reconciler::store::Store {
+    webhook_reconciler::store::Store::new(handle_on(db).await)
+}
+
+/// A migrated database handle of the product's own, on `db`.
+pub async fn handle_on(db: &TestDb) -> webhook_reconciler::db::Db {
     let config = Config::from_toml_str(&config_toml(&db.url, "")).unwrap();
     let handle = webhook_reconciler::db::Db::connect(&config.database).unwrap();
     let h2 = handle.clone();
@@ -25,7 +30,12 @@ pub async fn store_on(db: &TestDb) -> webhook_reconciler::store::Store {
         .await
         .unwrap()
         .unwrap();
-    webhook_reconciler::store::Store::new(handle)
+    handle
+}
+
+/// The change feed's reader on `db` (its own pool, like another replica's).
+pub async fn feed_on(db: &TestDb) -> webhook_reconciler::feed::Feed {
+    webhook_reconciler::feed::Feed::new(handle_on(db).await)
 }
 
 /// Declares one `#[tokio::test]` per backend for an `async fn name(backend: Backend)`.

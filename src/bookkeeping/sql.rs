@@ -4,77 +4,21 @@
 use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Nullable, Text};
 
-use super::{RunId, TextValue, now, plus_seconds, prepared, query, ts_param, ts_text};
+use super::{Mode, RunCounts, RunState};
+use crate::db::sql::{
+    RunId, TextValue, age_secs, display_time, minus_seconds, now, plus_seconds, prepared, query,
+    ts_param, ts_text,
+};
 use crate::db::{Conn, DbTime, on_conn};
-
-/// `reconcile_runs.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RunState {
-    Running,
-    Succeeded,
-    Failed,
-    /// Its process stopped before it finished; set by the next run of the kind.
-    Abandoned,
-}
-
-impl RunState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunState::Running => "running",
-            RunState::Succeeded => "succeeded",
-            RunState::Failed => "failed",
-            RunState::Abandoned => "abandoned",
-        }
-    }
-}
-
-/// `reconcile_runs.mode`: what a run lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Everything.
-    Full,
-    /// What changed since the watermark.
-    Incremental,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Full => "full",
-            Mode::Incremental => "incremental",
-        }
-    }
-}
-
-/// Counts of one run, as stored in `reconcile_runs`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RunCounts {
-    pub pages: i64,
-    pub scanned: i64,
-    /// Listed by the sender, absent here.
-    pub missing: i64,
-    /// Newer version at the sender.
-    pub newer_remote: i64,
-    /// Same version, different state (or a local tombstone of a listed item).
-    pub differing: i64,
-    /// Newer here (a webhook overtook the listing): never overwritten.
-    pub newer_local: i64,
-    pub equal: i64,
-    /// Rows written (or, in a dry run, that would be).
-    pub applied: i64,
-    /// Live rows the complete sweep did not see, marked deleted.
-    pub tombstoned: i64,
-    /// Listed items that could not be read or stored: reported and skipped.
-    pub skipped: i64,
-}
 
 /// The database's clock: the one clock every replica agrees on, used for sweep starts
 /// and leases (never for versions).
-pub fn db_now(conn: &mut Conn) -> diesel::QueryResult<DbTime> {
+pub(crate) fn db_now(conn: &mut Conn) -> diesel::QueryResult<DbTime> {
     let b = conn.backend();
-    let q = query(b, &format!("SELECT {} AS v", ts_text(b, super::now(b))));
+    let q = query(
+        b,
+        &format!("SELECT {} AS v", ts_text(b, crate::db::sql::now(b))),
+    );
     let r: TextValue = on_conn!(conn, c => q.get_result(c))?;
     DbTime::parse(&r.v)
 }
@@ -82,7 +26,7 @@ pub fn db_now(conn: &mut Conn) -> diesel::QueryResult<DbTime> {
 /// Records the start of a run; returns its id. Runs of the same kind still marked
 /// `running` (their process died) become `abandoned`; the caller holds the lease, so
 /// no live run of the kind can be among them.
-pub fn start_run(
+pub(crate) fn start_run(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -111,7 +55,7 @@ pub fn start_run(
 }
 
 /// Records a run's progress (`Running`) or end.
-pub fn update_run(
+pub(crate) fn update_run(
     conn: &mut Conn,
     id: i64,
     status: RunState,
@@ -161,7 +105,7 @@ struct LeaseRow {
 
 /// Takes the lease of a (source, kind) for `ttl_secs`, if it is free, expired, or ours.
 /// Returns the holder after the call (`holder` when taken) and when its lease expires.
-pub fn acquire_lease(
+pub(crate) fn acquire_lease(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -189,7 +133,7 @@ pub fn acquire_lease(
 }
 
 /// Who holds the lease of a (source, kind), and until when.
-pub fn current_lease(
+pub(crate) fn current_lease(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -213,7 +157,7 @@ pub fn current_lease(
 
 /// Gives `dead`'s lease to `holder` for `ttl_secs` (compare and swap on the holder;
 /// `dead == holder` renews); false when the lease has meanwhile moved on.
-pub fn take_over_lease(
+pub(crate) fn take_over_lease(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -241,7 +185,7 @@ pub fn take_over_lease(
 }
 
 /// Extends our lease; false when it is no longer ours (it expired and was taken).
-pub fn renew_lease(
+pub(crate) fn renew_lease(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -251,7 +195,7 @@ pub fn renew_lease(
     take_over_lease(conn, source, kind, holder, holder, ttl_secs)
 }
 
-pub fn release_lease(
+pub(crate) fn release_lease(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -285,7 +229,7 @@ pub struct Checkpoint {
     pub sweep_started_at: DbTime,
 }
 
-pub fn checkpoint(
+pub(crate) fn checkpoint(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -313,7 +257,7 @@ pub fn checkpoint(
 }
 
 /// Records (`Some`) or clears (`None`) where the current sweep is.
-pub fn set_checkpoint(
+pub(crate) fn set_checkpoint(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -361,7 +305,7 @@ pub struct SweepState {
     pub full_due: bool,
 }
 
-pub fn sweep_state(
+pub(crate) fn sweep_state(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -372,7 +316,7 @@ pub fn sweep_state(
         b,
         &format!(
             "SELECT watermark, (last_full_at IS NULL OR last_full_at < {}) AS full_due FROM reconcile_state WHERE source = $1 AND kind = $2",
-            super::minus_seconds(b, 3)
+            crate::db::sql::minus_seconds(b, 3)
         ),
     );
     let mut rows: Vec<SweepState> = on_conn!(conn, c => q
@@ -388,7 +332,7 @@ pub fn sweep_state(
 
 /// Raises the watermark (never lowers it) and, after a complete full sweep, records
 /// when that sweep began.
-pub fn save_sweep_state(
+pub(crate) fn save_sweep_state(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -414,4 +358,165 @@ pub fn save_sweep_state(
         .bind::<Nullable<Text>, _>(full_sweep_started.map(|t| t.to_db(b)))
         .execute(c))?;
     Ok(())
+}
+
+/// Deletes at most `limit` finished reconcile runs (and prune runs) older than `age_secs`.
+pub(crate) fn prune_runs(conn: &mut Conn, age_secs: f64, limit: i64) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let mut n = 0;
+    for table in ["reconcile_runs", "prune_runs"] {
+        let q = query(
+            b,
+            &format!(
+                "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE started_at < {} AND finished_at IS NOT NULL LIMIT $2)",
+                minus_seconds(b, 1)
+            ),
+        );
+        n += on_conn!(conn, c => q
+            .bind::<Double, _>(age_secs)
+            .bind::<BigInt, _>(limit)
+            .execute(c))?;
+    }
+    Ok(n)
+}
+
+/// Records a retention pass; returns its id.
+pub(crate) fn start_prune(conn: &mut Conn) -> diesel::QueryResult<i64> {
+    let q = query(
+        conn.backend(),
+        "INSERT INTO prune_runs (processed_events) VALUES (0) RETURNING id",
+    );
+    let r: RunId = on_conn!(conn, c => q.get_result(c))?;
+    Ok(r.id)
+}
+
+pub(crate) fn finish_prune(
+    conn: &mut Conn,
+    id: i64,
+    events: i64,
+    runs: i64,
+    dead: i64,
+    error: Option<&str>,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE prune_runs SET finished_at = {}, processed_events = $1, reconcile_runs = $2, dead_letters = $3, error = $4 WHERE id = $5",
+            now(b)
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<BigInt, _>(events)
+        .bind::<BigInt, _>(runs)
+        .bind::<BigInt, _>(dead)
+        .bind::<Nullable<Text>, _>(error)
+        .bind::<BigInt, _>(id)
+        .execute(c))?;
+    Ok(())
+}
+
+/// Age of the last successful run of each (source, kind) that has one.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct SuccessAge {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Double)]
+    pub age_seconds: f64,
+}
+
+pub(crate) fn last_success_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<SuccessAge>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT source, kind, {} AS age_seconds FROM (SELECT source, kind, MAX(finished_at) AS last FROM reconcile_runs \
+             WHERE status = 'succeeded' GROUP BY source, kind) t",
+            age_secs(b, "last")
+        ),
+    );
+    on_conn!(conn, c => q.load(c))
+}
+
+/// One reconcile run, for `status`.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct RunRow {
+    #[diesel(sql_type = Text)]
+    pub mode: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = Text)]
+    pub started_at: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub finished_at: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    pub scanned: i64,
+    #[diesel(sql_type = BigInt)]
+    pub missing: i64,
+    #[diesel(sql_type = BigInt)]
+    pub newer_remote: i64,
+    #[diesel(sql_type = BigInt)]
+    pub differing: i64,
+    #[diesel(sql_type = BigInt)]
+    pub newer_local: i64,
+    #[diesel(sql_type = BigInt)]
+    pub applied: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub error: Option<String>,
+}
+
+pub(crate) fn recent_runs(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    limit: i64,
+) -> diesel::QueryResult<Vec<RunRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT mode, status, {} AS started_at, {} AS finished_at, scanned, missing, newer_remote, differing, newer_local, applied, error \
+             FROM reconcile_runs WHERE source = $1 AND kind = $2 ORDER BY id DESC LIMIT $3",
+            display_time(b, "started_at"),
+            display_time(b, "finished_at"),
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<BigInt, _>(limit)
+        .load(c))
+}
+
+/// The last retention pass.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct PruneRow {
+    #[diesel(sql_type = Text)]
+    pub started_at: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub finished_at: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    pub processed_events: i64,
+    #[diesel(sql_type = BigInt)]
+    pub reconcile_runs: i64,
+    #[diesel(sql_type = BigInt)]
+    pub dead_letters: i64,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub error: Option<String>,
+}
+
+pub(crate) fn last_prune(conn: &mut Conn) -> diesel::QueryResult<Option<PruneRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT {} AS started_at, {} AS finished_at, processed_events, reconcile_runs, dead_letters, error FROM prune_runs ORDER BY id DESC LIMIT 1",
+            display_time(b, "started_at"),
+            display_time(b, "finished_at")
+        ),
+    );
+    let mut rows: Vec<PruneRow> = on_conn!(conn, c => q.load(c))?;
+    Ok(rows.pop())
 }

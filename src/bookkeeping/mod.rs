@@ -11,8 +11,73 @@
 
 use std::time::Duration;
 
-use crate::db::sql::{self, Checkpoint, Mode, RunCounts, RunState, SweepState};
+mod sql;
+
 use crate::db::{Conn, Db, DbError, DbTime};
+pub use sql::{Checkpoint, PruneRow, RunRow, SuccessAge, SweepState};
+
+/// `reconcile_runs.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Running,
+    Succeeded,
+    Failed,
+    /// Its process stopped before it finished; set by the next run of the kind.
+    Abandoned,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// `reconcile_runs.mode`: what a run lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Everything.
+    Full,
+    /// What changed since the watermark.
+    Incremental,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Full => "full",
+            Mode::Incremental => "incremental",
+        }
+    }
+}
+
+/// Counts of one run, as stored in `reconcile_runs`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RunCounts {
+    pub pages: i64,
+    pub scanned: i64,
+    /// Listed by the sender, absent here.
+    pub missing: i64,
+    /// Newer version at the sender.
+    pub newer_remote: i64,
+    /// Same version, different state (or a local tombstone of a listed item).
+    pub differing: i64,
+    /// Newer here (a webhook overtook the listing): never overwritten.
+    pub newer_local: i64,
+    pub equal: i64,
+    /// Rows written (or, in a dry run, that would be).
+    pub applied: i64,
+    /// Live rows the complete sweep did not see, marked deleted.
+    pub tombstoned: i64,
+    /// Listed items that could not be read or stored: reported and skipped.
+    pub skipped: i64,
+}
 
 /// A run's row in `reconcile_runs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,6 +382,78 @@ impl Bookkeeping {
             counts,
         }
     }
+}
+
+/// Reads for `status`, `/readyz` and the metrics, and retention of run records.
+impl Bookkeeping {
+    /// Seconds since the last successful run of each (source, kind) that has one.
+    pub async fn last_success_ages(&self) -> Result<Vec<SuccessAge>, DbError> {
+        self.db.read(sql::last_success_ages).await
+    }
+
+    /// The kind's latest `limit` runs, newest first.
+    pub async fn recent_runs(
+        &self,
+        source: &str,
+        kind: &str,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db
+            .read(move |c| sql::recent_runs(c, &s, &k, limit))
+            .await
+    }
+
+    /// The last retention pass, if any.
+    pub async fn last_prune(&self) -> Result<Option<PruneRow>, DbError> {
+        self.db.read(sql::last_prune).await
+    }
+
+    /// Records the start of a retention pass.
+    pub async fn start_prune(&self) -> Result<PruneId, DbError> {
+        self.db.write(sql::start_prune).await.map(PruneId)
+    }
+
+    /// Records the end of a retention pass: what it deleted, and its error if any.
+    pub async fn finish_prune(
+        &self,
+        id: PruneId,
+        pruned: PruneCounts,
+        error: Option<String>,
+    ) -> Result<(), DbError> {
+        self.db
+            .write(move |c| {
+                sql::finish_prune(
+                    c,
+                    id.0,
+                    pruned.processed_events,
+                    pruned.reconcile_runs,
+                    pruned.dead_letters,
+                    error.as_deref(),
+                )
+            })
+            .await
+    }
+
+    /// Deletes at most `limit` finished reconcile runs and retention passes older than
+    /// `age` (one bounded batch); returns how many.
+    pub async fn prune_runs(&self, age: Duration, limit: i64) -> Result<usize, DbError> {
+        self.db
+            .write(move |c| sql::prune_runs(c, age.as_secs_f64(), limit))
+            .await
+    }
+}
+
+/// A retention pass's row in `prune_runs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneId(i64);
+
+/// What a retention pass deleted, as `prune_runs` records it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PruneCounts {
+    pub processed_events: i64,
+    pub reconcile_runs: i64,
+    pub dead_letters: i64,
 }
 
 /// `host:pid:start:random`: names the process in `status` and in "skipped" messages.

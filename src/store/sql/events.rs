@@ -1,16 +1,16 @@
 //! `processed_events` (the claim that makes a delivery idempotent) and `dead_letters`.
 
 use diesel::RunQueryDsl;
-use diesel::sql_types::{Array, Text};
+use diesel::sql_types::{Array, BigInt, Double, Text};
 
-use super::{now, prepared, query};
 use crate::config::Backend;
+use crate::db::sql::{minus_seconds, now, prepared, query};
 use crate::db::{Conn, on_conn};
 use crate::store::Outcome;
 
 /// The claim statement for `rows` events: `(source, event_id, event_type, outcome)` per
 /// row; returns the `(source, event_id)` pairs this statement claimed.
-pub fn claim_sql(rows: usize) -> String {
+pub(crate) fn claim_sql(rows: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ",
     );
@@ -46,7 +46,7 @@ struct ClaimedRow {
 /// id waits until the other transaction ends, then finds it taken (or takes it, if the
 /// other rolled back). Callers pass distinct ids, sorted, so that two transactions
 /// claiming overlapping sets wait on each other in the same order and cannot deadlock.
-pub fn claim_many(
+pub(crate) fn claim_many(
     conn: &mut Conn,
     claims: &[Claim<'_>],
 ) -> diesel::QueryResult<Vec<(String, String)>> {
@@ -92,7 +92,7 @@ pub fn claim_many(
 }
 
 /// Records `outcome` for many claimed events of one source at once.
-pub fn set_event_outcomes(
+pub(crate) fn set_event_outcomes(
     conn: &mut Conn,
     source: &str,
     event_ids: &[&str],
@@ -115,7 +115,7 @@ pub fn set_event_outcomes(
         Conn::Sqlite(c) => {
             let sql = format!(
                 "UPDATE processed_events SET outcome = $1 WHERE source = $2 AND event_id IN ({})",
-                super::in_list(3, event_ids.len())
+                crate::db::sql::in_list(3, event_ids.len())
             );
             let mut q = query(Backend::Sqlite, &sql)
                 .into_boxed()
@@ -132,7 +132,7 @@ pub fn set_event_outcomes(
 
 /// Keeps an authentic delivery we could not read. Repeats of the same event id update
 /// the row (attempts, last reason) instead of piling up.
-pub fn record_dead_letter(
+pub(crate) fn record_dead_letter(
     conn: &mut Conn,
     source: &str,
     event_id: &str,
@@ -158,4 +158,65 @@ pub fn record_dead_letter(
         .bind::<Text, _>(body)
         .execute(c))?;
     Ok(())
+}
+
+/// Deletes at most `limit` processed event ids of `source` older than `age_secs`,
+/// walking the `processed_at` index; returns how many.
+pub(crate) fn prune_events(
+    conn: &mut Conn,
+    source: &str,
+    age_secs: f64,
+    limit: i64,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "DELETE FROM processed_events WHERE (source, event_id) IN (\
+             SELECT source, event_id FROM processed_events WHERE processed_at < {} AND source = $2 LIMIT $3)",
+            minus_seconds(b, 1)
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Double, _>(age_secs)
+        .bind::<Text, _>(source)
+        .bind::<BigInt, _>(limit)
+        .execute(c))
+}
+
+/// Deletes at most `limit` dead letters last seen more than `age_secs` ago.
+pub(crate) fn prune_dead_letters(
+    conn: &mut Conn,
+    age_secs: f64,
+    limit: i64,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "DELETE FROM dead_letters WHERE (source, event_id) IN (\
+             SELECT source, event_id FROM dead_letters WHERE last_seen_at < {} LIMIT $2)",
+            minus_seconds(b, 1)
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Double, _>(age_secs)
+        .bind::<BigInt, _>(limit)
+        .execute(c))
+}
+
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct SourceCount {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+pub(crate) fn dead_letter_counts(conn: &mut Conn) -> diesel::QueryResult<Vec<SourceCount>> {
+    let q = query(
+        conn.backend(),
+        "SELECT source, COUNT(*) AS count FROM dead_letters GROUP BY source",
+    );
+    on_conn!(conn, c => q.load(c))
 }

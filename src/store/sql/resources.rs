@@ -4,10 +4,10 @@
 use diesel::RunQueryDsl;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 
-use super::{in_list, now, prepared, query, ts_param};
 use crate::change::tie::Guard;
 use crate::change::{Change, Origin, ResourceKey};
 use crate::config::{Action, Backend};
+use crate::db::sql::{in_list, now, prepared, query, ts_param};
 use crate::db::{Conn, DbTime, on_conn};
 
 const COLUMNS_PER_ROW: usize = 9;
@@ -17,7 +17,7 @@ const RESOURCE_COLUMNS: &str = "INSERT INTO resources (source, kind, id, version
 /// `INSERT .. ON CONFLICT DO UPDATE .. WHERE <guard>` for `rows` resources.
 /// The guard is evaluated against the row as it is when the statement locks it, so a
 /// concurrent writer can never make an older version win.
-pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) -> String {
+pub(crate) fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) -> String {
     let mut sql = String::with_capacity(300 + rows * 60);
     sql.push_str(RESOURCE_COLUMNS);
     sql.push_str(" VALUES ");
@@ -56,7 +56,7 @@ pub fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning: bool) 
 /// The WHERE of `ON CONFLICT .. DO UPDATE`: strictly newer always; with
 /// [`Guard::NewerOrDifferent`] also an equal version whose deletion flag or state
 /// differs (a delete without state says nothing about the state).
-pub fn guard_condition(backend: Backend, guard: Guard) -> String {
+pub(crate) fn guard_condition(backend: Backend, guard: Guard) -> String {
     let mut sql = "resources.version < excluded.version".to_string();
     if guard == Guard::NewerOrDifferent {
         let distinct = match backend {
@@ -103,7 +103,7 @@ struct KeyRow {
 /// Callers pass distinct keys (PostgreSQL refuses to touch one row twice in a statement)
 /// sorted by key (so concurrent writers lock rows in one order), and at most
 /// [`MAX_BATCH_ROWS`] of them.
-pub fn upsert_many(
+pub(crate) fn upsert_many(
     conn: &mut Conn,
     rows: &[(&Change, Option<&str>)],
     origin: Origin,
@@ -185,7 +185,7 @@ fn upsert_arrays_sql(guard: Guard) -> String {
 
 /// Most rows [`upsert_many`] takes in one statement (9 binds a row; SQLite allows
 /// 32 766 binds, PostgreSQL 65 535).
-pub const MAX_BATCH_ROWS: usize = 1000;
+pub(crate) const MAX_BATCH_ROWS: usize = 1000;
 
 /// A resource row as stored, as the tie rule needs it.
 #[derive(Debug, Clone, PartialEq, Eq, diesel::QueryableByName)]
@@ -212,16 +212,8 @@ fn state_expr(backend: Backend) -> &'static str {
     }
 }
 
-/// The `state` column as JSON text on both backends.
-pub(super) fn state_text(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Postgres => "state::text AS state",
-        Backend::Sqlite => "state",
-    }
-}
-
-/// The stored rows of `ids` (one bulk read per call; at most [`MAX_IN_LIST`](super::MAX_IN_LIST) ids).
-pub fn stored_rows(
+/// The stored rows of `ids` (one bulk read per call; at most [`MAX_IN_LIST`](crate::db::sql::MAX_IN_LIST) ids).
+pub(crate) fn stored_rows(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -232,7 +224,7 @@ pub fn stored_rows(
 
 /// [`stored_rows`] with every state read (for checks that compare states themselves,
 /// such as the demo's).
-pub fn stored_rows_with_states(
+pub(crate) fn stored_rows_with_states(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -303,7 +295,7 @@ struct IdOnly {
 
 /// Live (not deleted) ids of a kind last written before `before`, in id order after
 /// `after`: the keyset scan of deletion detection.
-pub fn live_ids_before(
+pub(crate) fn live_ids_before(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -331,7 +323,7 @@ pub fn live_ids_before(
 
 /// Marks `ids` deleted (keeping version and state) unless they were written at or after
 /// `before`: a row changed since the sweep began was seen by a webhook and stays.
-pub fn tombstone(
+pub(crate) fn tombstone(
     conn: &mut Conn,
     source: &str,
     kind: &str,
@@ -385,7 +377,7 @@ struct LiveCount {
 }
 
 /// How many live (not deleted) rows a kind has.
-pub fn count_live(conn: &mut Conn, source: &str, kind: &str) -> diesel::QueryResult<i64> {
+pub(crate) fn count_live(conn: &mut Conn, source: &str, kind: &str) -> diesel::QueryResult<i64> {
     let q = query(
         conn.backend(),
         "SELECT COUNT(*) AS n FROM resources WHERE source = $1 AND kind = $2 AND NOT deleted",

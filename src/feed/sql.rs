@@ -4,8 +4,8 @@
 use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, Text};
 use diesel::{OptionalExtension, RunQueryDsl};
 
-use super::{in_list, minus_seconds, prepared, query, ts_text};
 use crate::config::Backend;
+use crate::db::sql::{in_list, minus_seconds, prepared, query, ts_text};
 use crate::db::{Conn, on_conn};
 
 #[derive(diesel::QueryableByName)]
@@ -17,7 +17,7 @@ struct Count {
 /// Moves this transaction's pending changes into `changes`, numbered under the lock of
 /// `change_seq` (held until commit: see the migration). Call it last in every
 /// transaction that writes `resources`. Returns how many changes were published.
-pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
+pub(crate) fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     match conn {
         Conn::Postgres(c) => {
             // Two prepared statements, this transaction's rows only, found through the
@@ -87,7 +87,7 @@ pub fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
 /// publish updates and so leaves a dead version of) on PostgreSQL, outside a
 /// transaction (VACUUM refuses to run in one). SQLite reuses the pages of deleted rows
 /// by itself.
-pub fn vacuum_change_pending(conn: &mut Conn) -> diesel::QueryResult<()> {
+pub(crate) fn vacuum_change_pending(conn: &mut Conn) -> diesel::QueryResult<()> {
     use diesel::connection::SimpleConnection;
     match conn {
         Conn::Postgres(c) => c.batch_execute("VACUUM (SKIP_LOCKED) change_pending, change_seq"),
@@ -148,7 +148,7 @@ fn filters(sources: &[String], kinds: &[String], first: usize) -> String {
 
 /// Changes with seq > `after`, oldest first, at most `limit`, of the given sources and
 /// kinds (empty: all).
-pub fn changes_after(
+pub(crate) fn changes_after(
     conn: &mut Conn,
     after: i64,
     limit: i64,
@@ -156,7 +156,7 @@ pub fn changes_after(
     kinds: &[String],
 ) -> diesel::QueryResult<Vec<ChangeRow>> {
     let b = conn.backend();
-    let state = super::resources::state_text(b);
+    let state = crate::db::sql::state_text(b);
     let q = query(
         b,
         &format!(
@@ -176,13 +176,13 @@ pub fn changes_after(
 }
 
 /// The highest seq handed out so far.
-pub fn last_seq(conn: &mut Conn) -> diesel::QueryResult<i64> {
+pub(crate) fn last_seq(conn: &mut Conn) -> diesel::QueryResult<i64> {
     let q = query(conn.backend(), "SELECT last AS n FROM change_seq");
     Ok(on_conn!(conn, c => q.get_result::<Count>(c))?.n)
 }
 
 /// A consumer's position (0 for a new consumer).
-pub fn consumer_position(conn: &mut Conn, consumer: &str) -> diesel::QueryResult<i64> {
+pub(crate) fn consumer_position(conn: &mut Conn, consumer: &str) -> diesel::QueryResult<i64> {
     let q = query(
         conn.backend(),
         "SELECT position AS n FROM consumer_positions WHERE consumer = $1",
@@ -192,7 +192,11 @@ pub fn consumer_position(conn: &mut Conn, consumer: &str) -> diesel::QueryResult
 }
 
 /// Moves a consumer's position forward (never back).
-pub fn advance_consumer(conn: &mut Conn, consumer: &str, position: i64) -> diesel::QueryResult<()> {
+pub(crate) fn advance_consumer(
+    conn: &mut Conn,
+    consumer: &str,
+    position: i64,
+) -> diesel::QueryResult<()> {
     let b = conn.backend();
     let q = query(
         b,
@@ -200,7 +204,7 @@ pub fn advance_consumer(conn: &mut Conn, consumer: &str, position: i64) -> diese
             "INSERT INTO consumer_positions (consumer, position) VALUES ($1, $2) \
              ON CONFLICT (consumer) DO UPDATE SET position = excluded.position, updated_at = {} \
              WHERE consumer_positions.position < excluded.position",
-            super::now(b)
+            crate::db::sql::now(b)
         ),
     );
     on_conn!(conn, c => q.bind::<Text, _>(consumer).bind::<BigInt, _>(position).execute(c))?;
@@ -208,7 +212,7 @@ pub fn advance_consumer(conn: &mut Conn, consumer: &str, position: i64) -> diese
 }
 
 /// Records that a consumer gave up on change `seq` (`on_failure = "skip"`).
-pub fn record_consumer_skip(
+pub(crate) fn record_consumer_skip(
     conn: &mut Conn,
     consumer: &str,
     seq: i64,
@@ -239,7 +243,7 @@ pub struct Lag {
     pub oldest_seconds: f64,
 }
 
-pub fn consumer_lag(
+pub(crate) fn consumer_lag(
     conn: &mut Conn,
     position: i64,
     sources: &[String],
@@ -272,7 +276,7 @@ pub fn consumer_lag(
 
 /// Deletes at most `limit` changes older than `age_secs` with seq <= `acknowledged`
 /// (what every consumer has); returns how many.
-pub fn prune_changes(
+pub(crate) fn prune_changes(
     conn: &mut Conn,
     age_secs: f64,
     acknowledged: i64,
@@ -294,7 +298,7 @@ pub fn prune_changes(
 }
 
 /// The lowest position of the given consumers (0 if one has none yet).
-pub fn lowest_position(conn: &mut Conn, consumers: &[String]) -> diesel::QueryResult<i64> {
+pub(crate) fn lowest_position(conn: &mut Conn, consumers: &[String]) -> diesel::QueryResult<i64> {
     let mut low = i64::MAX;
     for c in consumers {
         low = low.min(consumer_position(conn, c)?);

@@ -1,0 +1,17 @@
+//! The statements on `store`'s tables, both backends side by side: `events`
+//! (`processed_events`, the claim; `dead_letters`) and `resources` (the guarded upsert,
+//! the tie rule in SQL, local reads, tombstones). Only `store` calls them.
+
+mod events;
+mod resources;
+
+pub use events::SourceCount;
+pub(crate) use events::{
+    Claim, claim_many, claim_sql, dead_letter_counts, prune_dead_letters, prune_events,
+    record_dead_letter, set_event_outcomes,
+};
+pub use resources::StoredRow;
+pub(crate) use resources::{
+    MAX_BATCH_ROWS, count_live, live_ids_before, stored_rows, stored_rows_with_states, tombstone,
+    upsert_many, upsert_sql,
+};

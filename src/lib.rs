@@ -17,6 +17,7 @@ pub mod db;
 pub mod demo;
 pub mod feed;
 pub mod http;
+pub mod ingest;
 pub mod observability;
 pub mod reconcile;
 pub mod retention;

@@ -192,8 +192,8 @@ pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFr
             .chain(source.catchup.as_ref().map(|c| &c.listing))
             .filter(|k| k.list.is_some())
         {
-            let stale_after = if kind.name == crate::config::CATCHUP_KIND {
-                match source.schedule_of(&kind.name) {
+            let stale_after = if kind.listing == crate::config::Listing::Events {
+                match source.schedule_of(kind) {
                     Some(Schedule::Every(d)) => Some(*d * 3),
                     _ => None,
                 }

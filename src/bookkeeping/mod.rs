@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod sql;
 
+use crate::change::Key;
 use crate::db::{Conn, Db, DbError, DbTime};
 pub use sql::{Checkpoint, PruneRow, RunRow, SuccessAge, SweepState};
 
@@ -104,8 +105,7 @@ pub struct LeaseLost(pub String);
 /// the transaction ends, so no one can take the lease between the check and the commit.
 #[derive(Debug, Clone)]
 pub struct Fence {
-    source: String,
-    kind: String,
+    key: Key,
     holder: String,
     ttl: Duration,
 }
@@ -115,14 +115,14 @@ impl Fence {
     pub(crate) fn check(&self, conn: &mut Conn) -> diesel::QueryResult<Result<(), LeaseLost>> {
         if sql::renew_lease(
             conn,
-            &self.source,
-            &self.kind,
+            &self.key.source,
+            &self.key.kind,
             &self.holder,
             self.ttl.as_secs_f64(),
         )? {
             return Ok(Ok(()));
         }
-        let now = sql::current_lease(conn, &self.source, &self.kind)?;
+        let now = sql::current_lease(conn, &self.key.source, &self.key.kind)?;
         Ok(Err(LeaseLost(
             now.map_or_else(|| "nobody".to_string(), |(h, _)| h),
         )))
@@ -163,8 +163,8 @@ impl PageMark {
     pub(crate) fn record(&self, conn: &mut Conn, applied: usize) -> diesel::QueryResult<()> {
         sql::set_checkpoint(
             conn,
-            &self.fence.source,
-            &self.fence.kind,
+            &self.fence.key.source,
+            &self.fence.key.kind,
             self.resume_at.as_ref().map(|(p, t)| (p.as_str(), *t)),
         )?;
         let mut counts = self.counts;
@@ -196,13 +196,8 @@ impl Bookkeeping {
     /// Takes the kind's lease for `ttl` if it is free, expired or already ours, or if
     /// its holder is a process of this host that no longer runs (killed, crashed): that
     /// one is replaced at once instead of after its lease expires.
-    pub async fn acquire_lease(
-        &self,
-        source: &str,
-        kind: &str,
-        ttl: Duration,
-    ) -> Result<Lease, DbError> {
-        let (s, k, me) = (source.to_string(), kind.to_string(), self.holder.clone());
+    pub async fn acquire_lease(&self, key: &Key, ttl: Duration) -> Result<Lease, DbError> {
+        let (s, k, me) = (key.source.clone(), key.kind.clone(), self.holder.clone());
         let (holder, expires_at) = self
             .db
             .write(move |c| sql::acquire_lease(c, &s, &k, &me, ttl.as_secs_f64()))
@@ -212,8 +207,8 @@ impl Bookkeeping {
         }
         if holder_is_gone(&holder) {
             let (s, k, me, dead) = (
-                source.to_string(),
-                kind.to_string(),
+                key.source.clone(),
+                key.kind.clone(),
                 self.holder.clone(),
                 holder.clone(),
             );
@@ -223,23 +218,22 @@ impl Bookkeeping {
                 .await?;
             if taken {
                 tracing::warn!(
-                    source,
-                    kind,
+                    source = key.source,
+                    kind = key.kind,
                     dead_holder = holder,
                     "took over the reconcile lease of a process of this host that no longer runs"
                 );
                 return Ok(Lease::Acquired);
             }
-            return Box::pin(self.acquire_lease(source, kind, ttl)).await;
+            return Box::pin(self.acquire_lease(key, ttl)).await;
         }
         Ok(Lease::HeldBy { holder, expires_at })
     }
 
     /// The lease check a write of a run of (source, kind) commits with.
-    pub fn fence(&self, source: &str, kind: &str, ttl: Duration) -> Fence {
+    pub fn fence(&self, key: &Key, ttl: Duration) -> Fence {
         Fence {
-            source: source.to_string(),
-            kind: kind.to_string(),
+            key: key.clone(),
             holder: self.holder.clone(),
             ttl,
         }
@@ -249,29 +243,24 @@ impl Bookkeeping {
     /// every third of `ttl`, so a run waiting on the sender (retries, back-off, rate
     /// limit, a slow page) or on deletion detection does not lose it. A lease found
     /// lost is not taken back; the run's next fenced write fails.
-    pub fn keep_alive(
-        &self,
-        source: &str,
-        kind: &str,
-        ttl: Duration,
-    ) -> tokio_util::task::AbortOnDropHandle<()> {
-        let (book, s, k) = (self.clone(), source.to_string(), kind.to_string());
+    pub fn keep_alive(&self, key: &Key, ttl: Duration) -> tokio_util::task::AbortOnDropHandle<()> {
+        let (book, key) = (self.clone(), key.clone());
         tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             let every = (ttl / 3).max(Duration::from_millis(100));
             loop {
                 tokio::time::sleep(every).await;
-                match book.renew_lease(&s, &k, ttl).await {
+                match book.renew_lease(&key, ttl).await {
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(
-                            source = s,
-                            kind = k,
+                            source = key.source,
+                            kind = key.kind,
                             "the reconcile lease was lost (this process stalled longer than lease_ttl); the run writes nothing more"
                         );
                         return;
                     }
                     Err(e) => {
-                        tracing::warn!(source = s, kind = k, error = %e, "could not renew the reconcile lease; retrying")
+                        tracing::warn!(source = key.source, kind = key.kind, error = %e, "could not renew the reconcile lease; retrying")
                     }
                 }
             }
@@ -279,21 +268,16 @@ impl Bookkeeping {
     }
 
     /// Extends our lease by `ttl`; false when it is no longer ours.
-    pub async fn renew_lease(
-        &self,
-        source: &str,
-        kind: &str,
-        ttl: Duration,
-    ) -> Result<bool, DbError> {
-        let (s, k, me) = (source.to_string(), kind.to_string(), self.holder.clone());
+    pub async fn renew_lease(&self, key: &Key, ttl: Duration) -> Result<bool, DbError> {
+        let (s, k, me) = (key.source.clone(), key.kind.clone(), self.holder.clone());
         self.db
             .write(move |c| sql::renew_lease(c, &s, &k, &me, ttl.as_secs_f64()))
             .await
     }
 
     /// Gives the lease up (if it is still ours).
-    pub async fn release_lease(&self, source: &str, kind: &str) -> Result<(), DbError> {
-        let (s, k, me) = (source.to_string(), kind.to_string(), self.holder.clone());
+    pub async fn release_lease(&self, key: &Key) -> Result<(), DbError> {
+        let (s, k, me) = (key.source.clone(), key.kind.clone(), self.holder.clone());
         self.db
             .write(move |c| sql::release_lease(c, &s, &k, &me))
             .await
@@ -301,8 +285,8 @@ impl Bookkeeping {
 
     /// Records a run's start (and marks runs of the kind whose process died
     /// `abandoned`; the caller holds the lease).
-    pub async fn start_run(&self, source: &str, kind: &str, mode: Mode) -> Result<RunId, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+    pub async fn start_run(&self, key: &Key, mode: Mode) -> Result<RunId, DbError> {
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .write(move |c| sql::start_run(c, &s, &k, mode))
             .await
@@ -326,11 +310,10 @@ impl Bookkeeping {
     /// sweep is due when the last began more than `full_every` ago), and the clock.
     pub async fn sweep_position(
         &self,
-        source: &str,
-        kind: &str,
+        key: &Key,
         full_every: Duration,
     ) -> Result<SweepPosition, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .read(move |c| {
                 Ok(SweepPosition {
@@ -343,8 +326,8 @@ impl Bookkeeping {
     }
 
     /// Forgets an unfinished sweep (its resume point no longer works).
-    pub async fn clear_checkpoint(&self, source: &str, kind: &str) -> Result<(), DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+    pub async fn clear_checkpoint(&self, key: &Key) -> Result<(), DbError> {
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .write(move |c| sql::set_checkpoint(c, &s, &k, None))
             .await
@@ -354,12 +337,11 @@ impl Bookkeeping {
     /// sweep, records when that sweep began.
     pub async fn advance_watermark(
         &self,
-        source: &str,
-        kind: &str,
+        key: &Key,
         watermark: Option<i64>,
         full_sweep_started: Option<DbTime>,
     ) -> Result<(), DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .write(move |c| sql::save_sweep_state(c, &s, &k, watermark, full_sweep_started))
             .await
@@ -392,13 +374,8 @@ impl Bookkeeping {
     }
 
     /// The kind's latest `limit` runs, newest first.
-    pub async fn recent_runs(
-        &self,
-        source: &str,
-        kind: &str,
-        limit: i64,
-    ) -> Result<Vec<RunRow>, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+    pub async fn recent_runs(&self, key: &Key, limit: i64) -> Result<Vec<RunRow>, DbError> {
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .read(move |c| sql::recent_runs(c, &s, &k, limit))
             .await

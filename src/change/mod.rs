@@ -59,6 +59,49 @@ impl Outcome {
     }
 }
 
+/// What a lease, a run, a checkpoint or a watermark is about, and the scope of a read
+/// of rows: one kind of one source. A source's catch-up is [`Key::catchup`]; the change
+/// feed's consumers lease as [`Key::consumer`]. The reserved kind and source names start
+/// with `$`, which no configured name can.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub source: String,
+    pub kind: String,
+}
+
+impl Key {
+    pub fn new(source: impl Into<String>, kind: impl Into<String>) -> Self {
+        Self {
+            source: source.into(),
+            kind: kind.into(),
+        }
+    }
+
+    /// The catch-up of `source` (its runs, lease and watermark).
+    pub fn catchup(source: impl Into<String>) -> Self {
+        Self::new(source, crate::config::CATCHUP_KIND)
+    }
+
+    /// The change feed's consumer `name` (its lease).
+    pub fn consumer(name: impl Into<String>) -> Self {
+        Self::new(CONSUMER_SOURCE, name)
+    }
+
+    /// The key of resource `id` of this kind.
+    pub fn resource(&self, id: impl Into<String>) -> ResourceKey {
+        ResourceKey::new(self.source.clone(), self.kind.clone(), id.into())
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.source, self.kind)
+    }
+}
+
+/// The lease "source" of the change feed's consumers, beside real sources.
+const CONSUMER_SOURCE: &str = "$consumer";
+
 /// A resource's primary key `(source, kind, id)`: owned (`ResourceKey`) or borrowed
 /// (`ResourceKey<&str>`). Ordered by source, kind, id — the order in which writers lock
 /// rows.

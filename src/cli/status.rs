@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::bookkeeping::{Bookkeeping, PruneRow, RunRow};
+use crate::change::Key;
 use crate::config::Config;
 use crate::db::Db;
 use crate::feed::{Feed, Lag};
@@ -40,7 +41,9 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let book = Bookkeeping::new(db.clone());
     let mut kinds = Vec::new();
     for f in freshness(&book, config).await? {
-        let recent_runs = book.recent_runs(&f.source, &f.kind, RECENT_RUNS).await?;
+        let recent_runs = book
+            .recent_runs(&Key::new(&f.source, &f.kind), RECENT_RUNS)
+            .await?;
         kinds.push(KindStatus {
             freshness: f,
             recent_runs,

@@ -360,9 +360,21 @@ pub struct EventMapping {
     pub action: Action,
 }
 
+/// What a listing lists, and so how the sweep handles its pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// The sender's current resources: read into changes, compared with the local
+    /// rows, written where they differ (`reconcile::sweep`).
+    Resources,
+    /// The sender's events (catch-up): each through the ingest step, like a webhook
+    /// (`reconcile::catchup`). Its runs are recorded under [`CATCHUP_KIND`].
+    Events,
+}
+
 #[derive(Debug, Clone)]
 pub struct KindConfig {
     pub name: String,
+    pub listing: Listing,
     pub list: Option<String>,
     pub pagination: Pagination,
     pub items: String,
@@ -424,12 +436,11 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
-    /// When `kind` (a kind's name, or [`CATCHUP_KIND`]) runs under `serve`.
-    pub fn schedule_of(&self, kind: &str) -> Option<&Schedule> {
-        if kind == CATCHUP_KIND {
-            self.catchup.as_ref().and_then(|c| c.schedule.as_ref())
-        } else {
-            self.reconcile.schedule.as_ref()
+    /// When `kind` (one of its kinds, or its catch-up listing) runs under `serve`.
+    pub fn schedule_of(&self, kind: &KindConfig) -> Option<&Schedule> {
+        match kind.listing {
+            Listing::Events => self.catchup.as_ref().and_then(|c| c.schedule.as_ref()),
+            Listing::Resources => self.reconcile.schedule.as_ref(),
         }
     }
 }

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::Application;
+use crate::change::Key;
 use crate::config::Config;
 use crate::reconcile::{Reconciler, RunOptions, RunStatus};
 use crate::simulator::deliver::{DeliveryStats, Faults, deliver};
@@ -372,7 +373,9 @@ async fn diverged(
     }
     let mut local: BTreeMap<(String, String), StoredRow> = BTreeMap::new();
     for (kind, ids) in by_kind {
-        let rows = store.stored_rows_with_states("shop", &kind, ids).await?;
+        let rows = store
+            .stored_rows_with_states(&Key::new("shop", kind.as_str()), ids)
+            .await?;
         for r in rows {
             local.insert((kind.clone(), r.id.clone()), r);
         }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Feed, FeedChange, Filter};
 use crate::bookkeeping::{Bookkeeping, Lease, LeaseLost};
+use crate::change::Key;
 use crate::config::{ConsumerConfig, OnFailure};
 use crate::db::{Db, DbError};
 use crate::signature as sign;
@@ -30,8 +31,6 @@ pub const PARALLEL: usize = 8;
 const POLL: Duration = Duration::from_millis(250);
 /// The consumer's lease: one pushing process at a time.
 const LEASE_TTL: Duration = Duration::from_secs(30);
-/// The lease "source" of consumers, beside the reconcile leases of real sources.
-const LEASE_SOURCE: &str = "$consumer";
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
@@ -92,20 +91,21 @@ impl Pusher {
     /// while it holds it, until `cancel`.
     pub async fn run(self, cancel: CancellationToken) {
         let name = self.consumer.name.clone();
+        let lease = Key::consumer(name.as_str());
         let span = tracing::info_span!("push", consumer = name);
         tracing::Instrument::instrument(
             async move {
                 while !cancel.is_cancelled() {
                     match self
                         .book
-                        .acquire_lease(LEASE_SOURCE, &name, LEASE_TTL)
+                        .acquire_lease(&lease, LEASE_TTL)
                         .await
                     {
                         Ok(Lease::Acquired) => {
-                            let heartbeat = self.book.keep_alive(LEASE_SOURCE, &name, LEASE_TTL);
+                            let heartbeat = self.book.keep_alive(&lease, LEASE_TTL);
                             let result = self.push_while_holding(&cancel).await;
                             drop(heartbeat);
-                            if let Err(e) = self.book.release_lease(LEASE_SOURCE, &name).await {
+                            if let Err(e) = self.book.release_lease(&lease).await {
                                 tracing::warn!(error = %e, "could not release the consumer's lease; it expires by itself");
                             }
                             if let Err(e) = result {
@@ -161,7 +161,7 @@ impl Pusher {
             if !self.deliver_batch(batch, cancel).await {
                 return Ok(());
             }
-            let fence = self.book.fence(LEASE_SOURCE, name, LEASE_TTL);
+            let fence = self.book.fence(&Key::consumer(name.as_str()), LEASE_TTL);
             self.feed.advance(name, last, fence).await??;
             position = last;
         }

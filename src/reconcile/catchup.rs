@@ -1,7 +1,7 @@
-//! Catch-up from the sender's events API: a page of listed events is handled exactly
-//! like authentic deliveries — the webhook path's mapping, claim and guarded write
-//! (`webhook::Receiver::accept`) — so an event that also arrived by webhook is a
-//! `duplicate`, and an old one is `stale`.
+//! Catch-up from the sender's events API: a page of listed events goes through the
+//! same ingest step as authentic deliveries — mapping, claim and guarded write
+//! (`crate::ingest`) — so an event that also arrived by webhook is a `duplicate`, and
+//! an old one is `stale`.
 //!
 //! The run around it is a kind's (`sweep`): lease, run record, incremental listing
 //! filtered by `since_param` from the watermark (`plan::plan_catchup`), progress guard,
@@ -16,8 +16,8 @@ use super::sweep::Run;
 use super::{Reconciler, RunError};
 use crate::bookkeeping::RunId;
 use crate::change::Outcome;
+use crate::ingest::Refusal;
 use crate::store::Guard;
-use crate::webhook::Rejection;
 use crate::webhook::envelope::{self, HeaderIds};
 
 impl Reconciler {
@@ -33,10 +33,10 @@ impl Reconciler {
         watermark: &mut Option<i64>,
     ) -> Result<(), RunError> {
         let source = run.source.name.clone();
-        let receiver = self
-            .receivers
+        let ingest = self
+            .ingests
             .iter()
-            .find(|r| r.source() == source)
+            .find(|i| i.source() == source)
             .cloned()
             .ok_or_else(|| RunError::NoSender(source.clone()))?;
         let inc = run.kind.incremental.clone();
@@ -65,10 +65,10 @@ impl Reconciler {
             }
             // All at once: deliveries waiting together share one transaction (the
             // store's group commit), as a burst of webhooks does.
-            let receiver = receiver.clone();
+            let ingest = ingest.clone();
             events.spawn(async move {
                 let id = env.id.clone();
-                (index, id, receiver.accept(env, body.as_bytes()).await)
+                (index, id, ingest.event(env, body.as_bytes()).await)
             });
         }
         let mut conflicts = Vec::new();
@@ -85,7 +85,7 @@ impl Reconciler {
                     counts.differing += 1;
                     conflicts.extend(key);
                 }
-                Err(Rejection::Unavailable(e)) => failure = Some(e),
+                Err(Refusal::Unavailable(e)) => failure = Some(e),
                 Err(e) => run.skip(url, index, Some(&event_id), &e.to_string()),
             }
         }
@@ -96,9 +96,7 @@ impl Reconciler {
         let Some(run_id) = run_id else {
             return Ok(());
         };
-        let fence = self
-            .book
-            .fence(&source, &run.kind.name, run.source.reconcile.lease_ttl);
+        let fence = self.book.fence(&run.key(), run.source.reconcile.lease_ttl);
         let mark = self.book.page_mark(run_id, fence, None, run.report.counts);
         self.store
             .apply_page(Vec::new(), Guard::NewerOnly, mark)

@@ -5,6 +5,7 @@ use std::hash::BuildHasher;
 
 use super::sweep::{DRY_RUN_EXAMPLES, Run};
 use super::{Reconciler, RunError};
+use crate::change::Key;
 use crate::config::{KindConfig, SourceConfig};
 use crate::db::DbTime;
 
@@ -150,7 +151,7 @@ impl Reconciler {
             run.report.counts.tombstoned = gone as i64;
             return Ok(());
         }
-        let live = self.store.count_live(&source.name, &kind.name).await? as usize;
+        let live = self.store.count_live(&run.key()).await? as usize;
         let fraction = kind.max_delete_fraction;
         if gone as f64 > fraction * live as f64 && !run.opts.allow_mass_delete {
             return Err(RunError::MassDelete {
@@ -164,9 +165,7 @@ impl Reconciler {
         // Second pass: tombstone. A row written since the sweep began is skipped by the
         // statement itself, so a webhook landing between the passes is safe; tombstoned
         // rows leave the scan (it reads live rows) without moving its keyset position.
-        let fence = self
-            .book
-            .fence(&source.name, &kind.name, source.reconcile.lease_ttl);
+        let fence = self.book.fence(&run.key(), source.reconcile.lease_ttl);
         let mut total = 0;
         let mut scan = LiveScan::default();
         while let Some(ids) = scan.next(self, source, kind, sweep_started).await? {
@@ -175,8 +174,7 @@ impl Reconciler {
                 total += self
                     .store
                     .tombstone(
-                        &source.name,
-                        &kind.name,
+                        &Key::new(&source.name, &kind.name),
                         unseen,
                         sweep_started,
                         fence.clone(),
@@ -211,8 +209,7 @@ impl LiveScan {
         let ids = r
             .store
             .live_ids_before(
-                &source.name,
-                &kind.name,
+                &Key::new(&source.name, &kind.name),
                 sweep_started,
                 self.after.clone(),
                 DELETE_SCAN_PAGE,

@@ -35,6 +35,7 @@ pub use crate::bookkeeping::{Mode, RunCounts};
 use crate::change::Pointers;
 use crate::config::{Action, Config, KindConfig, SourceConfig};
 use crate::db::DbError;
+use crate::ingest::Ingest;
 use crate::sender::{Sender, SenderError};
 use crate::store::Store;
 
@@ -140,8 +141,9 @@ pub struct Reconciler {
     store: Store,
     book: Bookkeeping,
     senders: Arc<Vec<Sender>>,
-    /// Per source: the webhook path's mapping, claim and write, for catch-up events.
-    receivers: Arc<Vec<crate::webhook::Receiver>>,
+    /// Per source: the ingest step (mapping, claim, guarded write, dead letter) that
+    /// webhooks go through too, for catch-up events.
+    ingests: Arc<Vec<Ingest>>,
 }
 
 impl Reconciler {
@@ -152,17 +154,17 @@ impl Reconciler {
             .iter()
             .map(Sender::new)
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let receivers = config
+        let ingests = config
             .sources
             .iter()
-            .map(|s| crate::webhook::Receiver::new(s, store.clone()))
+            .map(|s| Ingest::new(s, store.clone()))
             .collect();
         Ok(Self {
             config,
             store,
             book,
             senders: Arc::new(senders),
-            receivers: Arc::new(receivers),
+            ingests: Arc::new(ingests),
         })
     }
 

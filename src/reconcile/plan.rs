@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::{Mode, Reconciler, RunError};
-use crate::config::{CATCHUP_KIND, CatchupConfig, KindConfig, SourceConfig, VersionFormat};
+use crate::change::Key;
+use crate::config::{CatchupConfig, KindConfig, Listing, SourceConfig, VersionFormat};
 use crate::db::DbTime;
 use crate::sender::Next;
 
@@ -28,7 +29,7 @@ impl Reconciler {
         kind: &KindConfig,
         dry_run: bool,
     ) -> Result<Plan, RunError> {
-        if let (Some(catchup), true) = (&source.catchup, kind.name == CATCHUP_KIND) {
+        if let (Some(catchup), Listing::Events) = (&source.catchup, kind.listing) {
             return self.plan_catchup(source, catchup).await;
         }
         let full_every = kind
@@ -37,7 +38,7 @@ impl Reconciler {
             .map_or(Duration::ZERO, |i| i.full_every);
         let position = self
             .book
-            .sweep_position(&source.name, &kind.name, full_every)
+            .sweep_position(&Key::new(&source.name, &kind.name), full_every)
             .await?;
         let now = position.now;
         if let (Some(inc), false, Some(watermark)) = (
@@ -92,7 +93,7 @@ impl Reconciler {
     ) -> Result<Plan, RunError> {
         let position = self
             .book
-            .sweep_position(&source.name, CATCHUP_KIND, Duration::ZERO)
+            .sweep_position(&Key::catchup(&source.name), Duration::ZERO)
             .await?;
         let now = position.now;
         let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);

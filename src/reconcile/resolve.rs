@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::{Reconciler, RunCounts, compare, item_pointers};
+use crate::change::Key;
 
 /// How often a resource versioned by fetch time is fetched while the sender's clock
 /// is still in the second of the local row (the answer would be ambiguous again).
@@ -44,7 +45,7 @@ impl Reconciler {
             }
             let local = self
                 .store
-                .stored_rows(source, kind, vec![change.id.clone()])
+                .stored_rows(&Key::new(source, kind), vec![change.id.clone()])
                 .await
                 .map_err(|e| e.to_string())?;
             let verdicts = compare::compare_page(

@@ -29,7 +29,7 @@ pub async fn start(
 ) -> anyhow::Result<Option<JobScheduler>> {
     let mut planned = Vec::new();
     for (source, kind) in reconciler.kinds(None, None) {
-        let Some(schedule) = source.schedule_of(&kind.name) else {
+        let Some(schedule) = source.schedule_of(kind) else {
             continue;
         };
         let cron = schedule.cron_expression();

@@ -4,8 +4,8 @@
 
 use super::progress::ProgressGuard;
 use super::{RunError, item_pointers};
-use crate::change::Change;
-use crate::config::{CATCHUP_KIND, KindConfig};
+use crate::change::{Change, Key};
+use crate::config::{KindConfig, Listing};
 use crate::sender::Next;
 use crate::store::StoredRow;
 
@@ -46,7 +46,7 @@ pub(super) async fn read_page(
     kind: &KindConfig,
     mut page: crate::sender::Page,
 ) -> Result<(crate::sender::Page, Vec<ReadItem>, Vec<StoredRow>), RunError> {
-    if kind.name == CATCHUP_KIND {
+    if kind.listing == Listing::Events {
         return Ok((page, Vec::new(), Vec::new()));
     }
     let read = read_items(source, kind, std::mem::take(&mut page.items), page.date);
@@ -57,7 +57,9 @@ pub(super) async fn read_page(
             ReadItem::Unreadable { .. } => None,
         })
         .collect();
-    let local = store.stored_rows(source, &kind.name, ids).await?;
+    let local = store
+        .stored_rows(&Key::new(source, kind.name.as_str()), ids)
+        .await?;
     Ok((page, read, local))
 }
 

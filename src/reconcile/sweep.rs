@@ -12,8 +12,8 @@ use super::stages::{ReadItem, fetch_pages, read_page};
 use super::{KindReport, Mode, Reconciler, RunCounts, RunError, RunOptions, RunStatus, compare};
 use crate::bookkeeping::RunState;
 use crate::bookkeeping::{Lease, RunId};
-use crate::change::Change;
-use crate::config::{CATCHUP_KIND, KindConfig, SourceConfig};
+use crate::change::{Change, Key};
+use crate::config::{KindConfig, Listing, SourceConfig};
 use crate::db::ErrorClass;
 use crate::sender::SenderError;
 use crate::store::StoredRow;
@@ -33,6 +33,13 @@ pub(super) struct Run<'a> {
     pub progress: &'a (dyn Fn(&RunCounts) + Send + Sync),
 }
 
+impl Run<'_> {
+    /// The run's lease, records and rows: its source's kind (or catch-up).
+    pub fn key(&self) -> Key {
+        Key::new(&self.source.name, &self.kind.name)
+    }
+}
+
 impl Reconciler {
     /// A dry run: no lease, no run record, nothing written.
     pub(super) async fn dry_run(&self, mut run: Run<'_>) -> Result<(), RunError> {
@@ -41,10 +48,11 @@ impl Reconciler {
     }
 
     pub(super) async fn leased_run(&self, mut run: Run<'_>) -> Result<(), RunError> {
-        let (s, k) = (&run.source.name, &run.kind.name);
+        let key = run.key();
+        let (s, k) = (&key.source, &key.kind);
         let ttl = run.source.reconcile.lease_ttl;
         loop {
-            match self.book.acquire_lease(s, k, ttl).await? {
+            match self.book.acquire_lease(&key, ttl).await? {
                 Lease::Acquired => break,
                 Lease::HeldBy { holder, expires_at } if run.opts.wait => {
                     tracing::info!(source = s, kind = k, lease_holder = holder, lease_expires_at = %expires_at, "waiting for another process's reconcile lease");
@@ -66,11 +74,11 @@ impl Reconciler {
         }
         // Renews the lease while the run waits on the sender or the database; every
         // write is fenced on the lease besides.
-        let heartbeat = self.book.keep_alive(s, k, ttl);
+        let heartbeat = self.book.keep_alive(&key, ttl);
         let result = self.recorded_run(&mut run).await;
         drop(heartbeat);
         // Best effort: if the database is gone the lease expires by itself.
-        if let Err(e) = self.book.release_lease(s, k).await {
+        if let Err(e) = self.book.release_lease(&key).await {
             tracing::warn!(error = %e, "could not release the reconcile lease");
         }
         result
@@ -80,10 +88,7 @@ impl Reconciler {
     async fn recorded_run(&self, run: &mut Run<'_>) -> Result<(), RunError> {
         let (source, kind) = (run.source, run.kind);
         let plan = self.plan(source, kind, false).await?;
-        let run_id = self
-            .book
-            .start_run(&source.name, &kind.name, plan.mode)
-            .await?;
+        let run_id = self.book.start_run(&run.key(), plan.mode).await?;
         let mut result = self.sweep(run, plan, Some(run_id)).await;
         // A resume point the sender no longer accepts (an expired cursor) must not
         // wedge the kind: start the sweep over from the first page, in this same run.
@@ -95,7 +100,7 @@ impl Reconciler {
         {
             if run.report.resumed && run.report.counts.pages == 0 {
                 tracing::warn!(source = source.name, kind = kind.name, error = %e, "the sender refused the resume point; starting the sweep over");
-                self.book.clear_checkpoint(&source.name, &kind.name).await?;
+                self.book.clear_checkpoint(&run.key()).await?;
                 let plan = self.plan(source, kind, false).await?;
                 result = self.sweep(run, plan, Some(run_id)).await;
             }
@@ -191,7 +196,7 @@ impl Reconciler {
             };
             let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
             let (page, read, local) = read?;
-            if kind.name == CATCHUP_KIND {
+            if kind.listing == Listing::Events {
                 let events = page
                     .items
                     .iter()
@@ -247,7 +252,7 @@ impl Reconciler {
                     seen.insert(&row.id);
                 }
                 if seen.wants_bloom() {
-                    let live = self.store.count_live(&source.name, &kind.name).await?;
+                    let live = self.store.count_live(&run.key()).await?;
                     seen.switch_to_bloom(usize::try_from(live).unwrap_or(usize::MAX));
                 }
             }
@@ -279,7 +284,7 @@ impl Reconciler {
         if run_id.is_some() && kind.incremental.is_some() {
             let full_started = (mode == Mode::Full).then_some(sweep_started);
             self.book
-                .advance_watermark(&source.name, &kind.name, watermark, full_started)
+                .advance_watermark(&run.key(), watermark, full_started)
                 .await?;
         }
         if run.report.counts.skipped > 0 {
@@ -302,7 +307,7 @@ impl Reconciler {
         run_id: Option<RunId>,
         resume_at: Option<(String, crate::db::DbTime)>,
     ) -> Result<(), RunError> {
-        let (source, kind) = (&run.source.name, &run.kind.name);
+        let key = run.key();
         let (indexes, changes): (Vec<usize>, Vec<Change>) =
             listed.into_iter().map(|l| (l.index, l.change)).unzip();
         // The counts become the run's only once the page is committed.
@@ -334,7 +339,7 @@ impl Reconciler {
             .collect();
         let ttl = run.source.reconcile.lease_ttl;
         let mark = |counts| {
-            let fence = self.book.fence(source, kind, ttl);
+            let fence = self.book.fence(&key, ttl);
             self.book
                 .page_mark(run_id, fence, resume_at.clone(), counts)
         };
@@ -347,7 +352,7 @@ impl Reconciler {
                 return Ok(());
             }
             Err(e) if e.class() == ErrorClass::Data => {
-                tracing::warn!(source, kind, url, error = %e, "the database refused an item of this page; writing its items one by one to find it");
+                tracing::warn!(source = key.source, kind = key.kind, url, error = %e, "the database refused an item of this page; writing its items one by one to find it");
             }
             Err(e) => return Err(e.into()),
         }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::bookkeeping::{Fence, LeaseLost, PageMark};
 pub use crate::change::tie::Guard;
-use crate::change::{Change, Origin, ResourceKey};
+use crate::change::{Change, Key, Origin, ResourceKey};
 use crate::config::Backend;
 use crate::db::sql::MAX_IN_LIST;
 use crate::db::{Conn, Db, DbError, DbTime};
@@ -145,11 +145,10 @@ impl Store {
     /// The stored rows of `ids` of one kind (one bulk read per [`MAX_IN_LIST`] ids).
     pub async fn stored_rows(
         &self,
-        source: &str,
-        kind: &str,
+        key: &Key,
         ids: Vec<String>,
     ) -> Result<Vec<StoredRow>, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .read(move |c| {
                 let mut rows = Vec::with_capacity(ids.len());
@@ -166,11 +165,10 @@ impl Store {
     /// sender).
     pub async fn stored_rows_with_states(
         &self,
-        source: &str,
-        kind: &str,
+        key: &Key,
         ids: Vec<String>,
     ) -> Result<Vec<StoredRow>, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .read(move |c| {
                 let mut rows = Vec::with_capacity(ids.len());
@@ -214,8 +212,8 @@ impl Store {
     }
 
     /// How many live rows a kind has.
-    pub async fn count_live(&self, source: &str, kind: &str) -> Result<i64, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+    pub async fn count_live(&self, key: &Key) -> Result<i64, DbError> {
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db.read(move |c| sql::count_live(c, &s, &k)).await
     }
 
@@ -223,13 +221,12 @@ impl Store {
     /// most `limit` (the keyset scan of deletion detection).
     pub async fn live_ids_before(
         &self,
-        source: &str,
-        kind: &str,
+        key: &Key,
         before: DbTime,
         after: String,
         limit: i64,
     ) -> Result<Vec<String>, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+        let (s, k) = (key.source.clone(), key.kind.clone());
         self.db
             .read(move |c| sql::live_ids_before(c, &s, &k, before, &after, limit))
             .await
@@ -391,13 +388,12 @@ impl Store {
     /// detection after a complete sweep). Returns how many were marked.
     pub async fn tombstone(
         &self,
-        source: &str,
-        kind: &str,
+        key: &Key,
         ids: Vec<String>,
         before: DbTime,
         fence: Fence,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
-        let (source, kind) = (source.to_string(), kind.to_string());
+        let (source, kind) = (key.source.clone(), key.kind.clone());
         self.write_changes(move |conn| {
             if let Err(lost) = fence.check(conn)? {
                 return Ok(Err(lost));

@@ -1,7 +1,7 @@
 //! The guarded write through the store API, on both backends: the guide's four tests,
 //! ties, tombstones, insert-once kinds, the batch form, and awkward ids and versions.
 
-use webhook_reconciler::change::Change;
+use webhook_reconciler::change::{Change, Key};
 use webhook_reconciler::config::Action;
 use webhook_reconciler::store::{Delivery, Outcome};
 
@@ -440,7 +440,10 @@ async fn every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_t
         .await
         .unwrap();
     let ids = || vec!["a".to_string(), "b".to_string(), "c".to_string()];
-    let rows = store.stored_rows("shop", "order", ids()).await.unwrap();
+    let rows = store
+        .stored_rows(&Key::new("shop", "order"), ids())
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 3);
     for r in &rows {
         let want = order(&r.id, 1, "paid");
@@ -464,7 +467,7 @@ async fn every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_t
     tomb.action = webhook_reconciler::config::Action::Delete;
     store.apply_event(delivery("e2", tomb)).await.unwrap();
     let c = store
-        .stored_rows("shop", "order", vec!["c".into()])
+        .stored_rows(&Key::new("shop", "order"), vec!["c".into()])
         .await
         .unwrap();
     assert_eq!(
@@ -474,7 +477,7 @@ async fn every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_t
     // A row written before digests existed is read with its state, and compares equal.
     db.execute("UPDATE resources SET state_digest = NULL WHERE id = 'b'");
     let b_row = store
-        .stored_rows("shop", "order", vec!["b".into()])
+        .stored_rows(&Key::new("shop", "order"), vec!["b".into()])
         .await
         .unwrap();
     assert_eq!(b_row[0].digest, None);

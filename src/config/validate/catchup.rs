@@ -49,6 +49,7 @@ pub(super) fn validate_catchup(
     );
     let listing = KindConfig {
         name: CATCHUP_KIND.to_string(),
+        listing: Listing::Events,
         list: Some(raw.list.clone()),
         pagination: raw.pagination.unwrap_or_default(),
         items: paging.items,

@@ -149,6 +149,7 @@ pub(super) fn validate_kind(
     );
     KindConfig {
         name: name.to_string(),
+        listing: Listing::Resources,
         list: raw.list.clone(),
         pagination,
         items: paging.items,

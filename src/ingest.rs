@@ -1,0 +1,168 @@
+//! The one ingest step below every authentic event, whatever brought it: a verified
+//! webhook delivery (`webhook::Receiver`), an event listed by the sender's events API
+//! (`reconcile`'s catch-up), or (later) a dead letter retried by an operator.
+//!
+//! mapping -> claim -> guarded write, or a dead letter: the event type picks the kind
+//! and pointers, `store` claims the id and applies the change in one transaction, and
+//! an event that cannot be read, or whose data the database refuses, is kept in
+//! `dead_letters` with the reason. Nothing here verifies a signature: the caller
+//! vouches that the event is authentic.
+
+use std::collections::HashMap;
+
+use crate::change::ResourceKey;
+use crate::config::{Scheme, SourceConfig};
+use crate::db::{DbError, ErrorClass};
+use crate::store::{Delivery, Outcome, Store};
+use crate::webhook::envelope::{Envelope, KindMapping};
+
+/// Longest reason kept with a dead letter.
+const MAX_REASON_BYTES: usize = 500;
+
+/// Why an authentic event was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// The mapped pointers cannot be read, or the database refused the event's data:
+    /// kept in `dead_letters` (a retry of the same bytes cannot succeed).
+    #[error("event {event_id} ({event_type}): {reason}; kept in dead_letters")]
+    Unprocessable {
+        event_id: String,
+        event_type: String,
+        reason: String,
+    },
+    /// The database cannot take it now; the same event succeeds later.
+    #[error(transparent)]
+    Unavailable(#[from] DbError),
+}
+
+/// What became of an applied event: its outcome, and the resource it maps to (none
+/// for an unmapped type).
+pub type Ingested = (Outcome, Option<ResourceKey>);
+
+/// The ingest step of one configured source. Cheap to clone.
+#[derive(Clone)]
+pub struct Ingest {
+    source: String,
+    scheme: Scheme,
+    /// Event type -> kind and pointers.
+    mappings: HashMap<String, KindMapping>,
+    store: Store,
+}
+
+impl Ingest {
+    pub fn new(source: &SourceConfig, store: Store) -> Self {
+        let mut mappings = HashMap::new();
+        for kind in &source.kinds {
+            for (event_type, mapping) in &kind.events {
+                mappings.insert(
+                    event_type.clone(),
+                    KindMapping {
+                        kind: kind.name.clone(),
+                        mapping: mapping.clone(),
+                        version_format: kind.version_format,
+                    },
+                );
+            }
+        }
+        Self {
+            source: source.name.clone(),
+            scheme: source.webhook.scheme.clone(),
+            mappings,
+            store,
+        }
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Applies one authentic event: mapping, claim, guarded write; an event that
+    /// cannot be read or stored is kept as a dead letter. `body` is what is kept.
+    pub async fn event(&self, env: Envelope, body: &[u8]) -> Result<Ingested, Refusal> {
+        let change = match self.mapping(&env) {
+            None => None,
+            Some(m) => match m.change(&self.source, &env) {
+                Ok(c) => Some(c),
+                Err(e) => return Err(self.dead_letter(env, e.to_string(), body).await),
+            },
+        };
+        let key = change.as_ref().map(|c| c.key().to_owned());
+        let applied = self
+            .store
+            .apply_event(Delivery {
+                source: self.source.clone(),
+                event_id: env.id.clone(),
+                event_type: env.event_type.clone(),
+                change,
+            })
+            .await;
+        match applied {
+            Ok(outcome) => Ok((outcome, key)),
+            Err(e) => Err(self.database_refused(e, env, body).await),
+        }
+    }
+
+    /// The mapping of an event: GitHub names the change in the body's `action`
+    /// (`issues` + `"action": "deleted"`), so `issues.deleted` is looked up before
+    /// `issues`.
+    fn mapping(&self, env: &Envelope) -> Option<&KindMapping> {
+        if self.scheme == Scheme::Github {
+            if let Some(action) = env.doc.get("action").and_then(|a| a.as_str()) {
+                let specific = format!("{}.{action}", env.event_type);
+                if let Some(m) = self.mappings.get(&specific) {
+                    return Some(m);
+                }
+            }
+        }
+        self.mappings.get(&env.event_type)
+    }
+
+    /// What to answer when the guarded write failed: "not now" is `Unavailable` (the
+    /// sender's retry succeeds later); an error caused by this event's data is a dead
+    /// letter (a 503 would make the sender retry it for its whole retry window); an
+    /// unknown error is `Unavailable` too, so nothing is lost, and logged as an error.
+    async fn database_refused(&self, e: DbError, env: Envelope, body: &[u8]) -> Refusal {
+        match e.class() {
+            ErrorClass::Unavailable => Refusal::Unavailable(e),
+            ErrorClass::Unknown => {
+                tracing::error!(source = self.source, event_id = env.id, error = %e, "unclassified database error; answered 503 so that nothing is lost. Please report it");
+                Refusal::Unavailable(e)
+            }
+            ErrorClass::Data => {
+                let mut reason = format!("the database refused this delivery's data: {e}");
+                if reason.len() > MAX_REASON_BYTES {
+                    let cut = (0..=MAX_REASON_BYTES)
+                        .rev()
+                        .find(|i| reason.is_char_boundary(*i))
+                        .unwrap_or(0);
+                    reason.truncate(cut);
+                    reason.push_str("...");
+                }
+                self.dead_letter(env, reason, body).await
+            }
+        }
+    }
+
+    /// Keeps an authentic event that cannot be applied, with the reason
+    /// (`Unavailable` if even the dead letter cannot be written).
+    async fn dead_letter(&self, env: Envelope, reason: String, body: &[u8]) -> Refusal {
+        let kept = self
+            .store
+            .dead_letter(
+                self.source.clone(),
+                env.id.clone(),
+                env.event_type.clone(),
+                reason.clone(),
+                String::from_utf8_lossy(body).into_owned(),
+            )
+            .await;
+        match kept {
+            Ok(()) => Refusal::Unprocessable {
+                event_id: env.id,
+                event_type: env.event_type,
+                reason,
+            },
+            Err(e) => Refusal::Unavailable(e),
+        }
+    }
+}

@@ -2,10 +2,14 @@
 //! sender owns. See ARCHITECTURE.md for the map; in short:
 //!
 //! - webhook flow: [`http`] (receive) -> [`webhook::verify`] -> [`webhook::envelope`]
-//!   (parse) -> [`store`] (the guarded write) -> [`db`];
+//!   (parse) -> [`ingest`] (mapping, claim) -> [`store`] (the guarded write);
 //! - reconcile flow: [`reconcile::schedule`] (tick) -> [`reconcile`] (plan, sweep) ->
 //!   [`sender`] (list pages) -> [`reconcile::compare`] -> [`store`] (the same guarded
-//!   write, with the page's [`bookkeeping`] in its transaction) -> [`db`];
+//!   write, with the page's [`bookkeeping`] in its transaction); catch-up's events go
+//!   through [`ingest`] like webhooks;
+//! - every write publishes to the change feed ([`feed::outbox`]), which [`feed::push`]
+//!   delivers to the application;
+//! - each table has one owner: [`store`], [`bookkeeping`], [`feed`];
 //! - configuration: [`config`] (file + env -> validated `Config`), [`cli`], [`app`].
 
 pub mod app;

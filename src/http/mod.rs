@@ -253,10 +253,14 @@ async fn readyz(db: &Db, book: &Bookkeeping, config: &Config) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"status": "not ready", "database": "migrations pending; run `webhook-reconciler migrate`"}),
         ),
-        Err(e) => json_reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({"status": "not ready", "database": e.to_string(), "queues": crate::observability::queues(),
-                "pools": crate::observability::pools(db)}),
-        ),
+        Err(e) => {
+            // The error's text stays in the log: it may name hosts and users.
+            tracing::warn!(error = %e, "/readyz: the database cannot be reached");
+            json_reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"status": "not ready", "database": "unreachable; the daemon's log has the error",
+                    "queues": crate::observability::queues(), "pools": crate::observability::pools(db)}),
+            )
+        }
     }
 }

@@ -12,19 +12,45 @@
 use serde_json::Value;
 use tokio::task::JoinSet;
 
+use super::progress::ProgressGuard;
 use super::sweep::Run;
 use super::{Reconciler, RunError};
 use crate::bookkeeping::RunId;
 use crate::change::Outcome;
 use crate::ingest::Refusal;
+use crate::sender::SenderError;
 use crate::store::Guard;
 use crate::webhook::envelope::{self, HeaderIds};
 
 impl Reconciler {
+    /// A page of events (catch-up): each through the ingest step.
+    pub(super) async fn events_page(
+        &self,
+        run: &mut Run<'_>,
+        guard: &mut ProgressGuard,
+        page: crate::sender::Page,
+        run_id: Option<RunId>,
+        watermark: &mut Option<i64>,
+    ) -> Result<(), RunError> {
+        let events = page
+            .items
+            .iter()
+            .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SenderError::BadPage {
+                url: page.url.clone(),
+                reason: format!("an event is not JSON: {e}"),
+            })?;
+        let ids = events.iter().filter_map(|i| i.get("id")?.as_str());
+        guard.same_items_as_before(&page.url, ids)?;
+        self.catchup_page(run, &page.url, events, run_id, watermark)
+            .await
+    }
+
     /// Applies one page of listed events and records it (counts, fenced on the lease).
     /// `watermark` is raised to the newest event time seen. A dry run (`run_id` None)
     /// only reads the page: without claiming an event its outcome is unknown.
-    pub(super) async fn catchup_page(
+    async fn catchup_page(
         &self,
         run: &mut Run<'_>,
         url: &str,
@@ -99,7 +125,7 @@ impl Reconciler {
         let fence = self.book.fence(&run.key(), run.source.reconcile.lease_ttl);
         let mark = self.book.page_mark(run_id, fence, None, run.report.counts);
         self.store
-            .apply_page(Vec::new(), Guard::NewerOnly, mark)
+            .apply_page(std::sync::Arc::new([]), Guard::NewerOnly, mark)
             .await??;
         for key in conflicts {
             if let Err(e) = self.resolve(&key.source, &key.kind, &key.id).await {

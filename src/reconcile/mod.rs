@@ -7,8 +7,9 @@
 //! complete full sweep detects deletions (`deletes`). `resolve` fetches single
 //! resources to settle webhook conflicts.
 //!
-//! The flow talks to two things only: `bookkeeping` (lease, run record, checkpoint,
-//! watermark) and `store` (the rows); it runs no SQL and holds no database handle.
+//! The flow talks to `bookkeeping` (lease, run record, checkpoint, watermark), `store`
+//! (the rows; its outbox is vacuumed after a run that wrote) and, for catch-up's
+//! events, `ingest`; it runs no SQL and holds no database handle.
 //!
 //! Invariant: reconciliation writes resources only through `store` (the same guard as
 //! webhooks), and never overwrites a row that is newer locally. A run that cannot
@@ -173,7 +174,8 @@ impl Reconciler {
     }
 
     /// The (source, kind) pairs that have a list endpoint, filtered by name; a source's
-    /// catch-up is one of them, named `$catchup` (`config::CATCHUP_KIND`).
+    /// catch-up is one of them (its listing is `Listing::Events`, its name
+    /// `config::CATCHUP_KIND`).
     pub fn kinds(
         &self,
         source: Option<&str>,

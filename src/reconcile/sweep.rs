@@ -2,6 +2,8 @@
 //! per page one bulk read of the local rows, the pure compare, and one transaction that
 //! writes what differs together with the page's bookkeeping.
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -142,9 +144,14 @@ impl Reconciler {
         } = plan;
         run.report.resumed = resumed;
         run.report.mode = mode;
-        let detect = kind.detect_deletes && mode == Mode::Full && !resumed;
-        let mut seen = SeenIds::default();
-        let mut unreadable_ids = false;
+        let mut pages = match kind.listing {
+            Listing::Resources => Pages::Resources(Box::new(ResourcePages {
+                detect: kind.detect_deletes && mode == Mode::Full && !resumed,
+                seen: SeenIds::default(),
+                unreadable_ids: false,
+            })),
+            Listing::Events => Pages::Events,
+        };
         let mut watermark: Option<i64> = None;
         let filter: Option<(String, String)> = match (&kind.incremental, since) {
             (Some(inc), Some(since)) => Some((inc.param.clone(), since)),
@@ -196,89 +203,35 @@ impl Reconciler {
             };
             let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
             let (page, read, local) = read?;
-            if kind.listing == Listing::Events {
-                let events = page
-                    .items
-                    .iter()
-                    .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| SenderError::BadPage {
-                        url: page.url.clone(),
-                        reason: format!("an event is not JSON: {e}"),
-                    })?;
-                let ids = events.iter().filter_map(|i| i.get("id")?.as_str());
-                guard.same_items_as_before(&page.url, ids)?;
-                self.catchup_page(run, &page.url, events, run_id, &mut watermark)
-                    .await?;
-                (run.progress)(&run.report.counts);
-                at = page.next;
-                if at.is_none() {
-                    break;
+            at = page.next.clone();
+            match &mut pages {
+                Pages::Events => {
+                    self.events_page(run, &mut guard, page, run_id, &mut watermark)
+                        .await?
                 }
-                continue;
-            }
-            // An item that cannot be read is reported and skipped; the rest of the page
-            // and the run go on (one bad item must not wedge the kind).
-            let mut changes: Vec<Listed> = Vec::with_capacity(read.len());
-            for item in read {
-                match item {
-                    ReadItem::Read {
-                        index,
-                        change,
-                        modified,
-                    } => {
-                        if let Some(t) = modified {
-                            watermark = Some(watermark.map_or(t, |w| w.max(t)));
-                        }
-                        changes.push(Listed { index, change });
-                    }
-                    ReadItem::Unreadable { index, id, reason } => {
-                        // A skipped item still counts as listed for deletion detection;
-                        // one without a readable id could be any row, so this sweep
-                        // then detects no deletions.
-                        match &id {
-                            Some(id) => seen.insert(id),
-                            None => unreadable_ids = true,
-                        }
-                        run.skip(&page.url, index, id.as_deref(), &reason);
-                    }
+                Pages::Resources(r) => {
+                    // Only full sweeps are worth resuming; an incremental run restarts
+                    // from its watermark.
+                    let resume_at = at
+                        .as_ref()
+                        .filter(|_| mode == Mode::Full)
+                        .map(|n| (n.encode(), sweep_started));
+                    let mark = PageAt {
+                        url: &page.url,
+                        run_id,
+                        resume_at,
+                    };
+                    self.resources_page(run, &mut guard, r, mark, read, local, &mut watermark)
+                        .await?
                 }
             }
-            guard.same_items_as_before(&page.url, changes.iter().map(|l| l.change.id.as_str()))?;
-            if detect {
-                // Only rows live before this read can be tombstoned; the local read is
-                // of exactly this page's ids.
-                for row in local.iter().filter(|r| !r.deleted) {
-                    seen.insert(&row.id);
-                }
-                if seen.wants_bloom() {
-                    let live = self.store.count_live(&run.key()).await?;
-                    seen.switch_to_bloom(usize::try_from(live).unwrap_or(usize::MAX));
-                }
-            }
-            at = page.next;
-            // Only full sweeps are worth resuming; an incremental run restarts from its
-            // watermark.
-            let resume_at = at
-                .as_ref()
-                .filter(|_| mode == Mode::Full)
-                .map(|n| (n.encode(), sweep_started));
-            self.page(run, &page.url, changes, local, run_id, resume_at)
-                .await?;
             (run.progress)(&run.report.counts);
             if at.is_none() {
                 break;
             }
         }
-        if detect && unreadable_ids {
-            tracing::warn!(
-                source = source.name,
-                kind = kind.name,
-                "deletion detection skipped: an item without a readable id was listed"
-            );
-        } else if detect {
-            seen.seal();
-            self.detect_deletes(run, &seen, sweep_started, run_id.is_none())
+        if let Pages::Resources(r) = pages {
+            self.after_complete_listing(run, r, sweep_started, run_id)
                 .await?;
         }
         if run_id.is_some() && kind.incremental.is_some() {
@@ -296,20 +249,105 @@ impl Reconciler {
         Ok(())
     }
 
-    /// One page: read the local rows, compare, and (unless a dry run) commit the drift
-    /// with the page's bookkeeping in one transaction.
+    /// A page of resources, read into changes by the reader stage: unreadable items
+    /// reported and skipped (one bad item must not wedge the kind), the rest compared
+    /// and the drift written with the page's bookkeeping.
+    #[allow(clippy::too_many_arguments)]
+    async fn resources_page(
+        &self,
+        run: &mut Run<'_>,
+        guard: &mut ProgressGuard,
+        pages: &mut ResourcePages,
+        at: PageAt<'_>,
+        read: Vec<ReadItem>,
+        local: Vec<StoredRow>,
+        watermark: &mut Option<i64>,
+    ) -> Result<(), RunError> {
+        let mut indexes = Vec::with_capacity(read.len());
+        let mut changes = Vec::with_capacity(read.len());
+        for item in read {
+            match item {
+                ReadItem::Read {
+                    index,
+                    change,
+                    modified,
+                } => {
+                    if let Some(t) = modified {
+                        *watermark = Some(watermark.map_or(t, |w| w.max(t)));
+                    }
+                    indexes.push(index);
+                    changes.push(change);
+                }
+                ReadItem::Unreadable { index, id, reason } => {
+                    // A skipped item still counts as listed for deletion detection; one
+                    // without a readable id could be any row, so this sweep then
+                    // detects no deletions.
+                    match &id {
+                        Some(id) => pages.seen.insert(id),
+                        None => pages.unreadable_ids = true,
+                    }
+                    run.skip(at.url, index, id.as_deref(), &reason);
+                }
+            }
+        }
+        guard.same_items_as_before(at.url, changes.iter().map(|c| c.id.as_str()))?;
+        if pages.detect {
+            // Only rows live before this read can be tombstoned; the local read is of
+            // exactly this page's ids.
+            for row in local.iter().filter(|r| !r.deleted) {
+                pages.seen.insert(&row.id);
+            }
+            if pages.seen.wants_bloom() {
+                let live = self.store.count_live(&run.key()).await?;
+                pages
+                    .seen
+                    .switch_to_bloom(usize::try_from(live).unwrap_or(usize::MAX));
+            }
+        }
+        self.page(run, at, indexes, changes, local).await
+    }
+
+    /// After the last page of a resource listing: deletion detection, if this sweep
+    /// may detect deletions.
+    async fn after_complete_listing(
+        &self,
+        run: &mut Run<'_>,
+        mut pages: Box<ResourcePages>,
+        sweep_started: crate::db::DbTime,
+        run_id: Option<RunId>,
+    ) -> Result<(), RunError> {
+        if !pages.detect {
+            return Ok(());
+        }
+        if pages.unreadable_ids {
+            tracing::warn!(
+                source = run.source.name,
+                kind = run.kind.name,
+                "deletion detection skipped: an item without a readable id was listed"
+            );
+            return Ok(());
+        }
+        pages.seen.seal();
+        self.detect_deletes(run, &pages.seen, sweep_started, run_id.is_none())
+            .await
+    }
+
+    /// One page: compare the listed changes with the local rows and (unless a dry run)
+    /// commit the drift with the page's bookkeeping in one transaction.
     async fn page(
         &self,
         run: &mut Run<'_>,
-        url: &str,
-        listed: Vec<Listed>,
+        at: PageAt<'_>,
+        indexes: Vec<usize>,
+        changes: Vec<Change>,
         local: Vec<StoredRow>,
-        run_id: Option<RunId>,
-        resume_at: Option<(String, crate::db::DbTime)>,
     ) -> Result<(), RunError> {
+        let PageAt {
+            url,
+            run_id,
+            resume_at,
+        } = at;
         let key = run.key();
-        let (indexes, changes): (Vec<usize>, Vec<Change>) =
-            listed.into_iter().map(|l| (l.index, l.change)).unzip();
         // The counts become the run's only once the page is committed.
         let mut counts = run.report.counts;
         let fetch_time = run.kind.by_fetch_time();
@@ -329,22 +367,25 @@ impl Reconciler {
             return Ok(());
         };
         let mut changes = changes;
-        let batch: Vec<Listed> = write
+        // The drift, moved out of the page (highest index first, so each swap_remove
+        // leaves the lower indexes in place).
+        let (batch_indexes, batch): (Vec<usize>, Vec<Change>) = write
             .into_iter()
             .rev()
-            .map(|i| Listed {
-                index: indexes[i],
-                change: changes.swap_remove(i),
-            })
-            .collect();
+            .map(|i| (indexes[i], changes.swap_remove(i)))
+            .unzip();
+        let batch: Arc<[Change]> = batch.into();
         let ttl = run.source.reconcile.lease_ttl;
         let mark = |counts| {
             let fence = self.book.fence(&key, ttl);
             self.book
                 .page_mark(run_id, fence, resume_at.clone(), counts)
         };
-        let all: Vec<Change> = batch.iter().map(|l| l.change.clone()).collect();
-        match self.store.apply_page(all, guard, mark(counts)).await {
+        match self
+            .store
+            .apply_page(batch.clone(), guard, mark(counts))
+            .await
+        {
             Ok(written) => {
                 counts.applied += written? as i64;
                 run.report.counts = counts;
@@ -359,19 +400,19 @@ impl Reconciler {
         // One by one: an item the database refuses is reported and skipped, the others
         // are written, and the page's bookkeeping is recorded with the last of them.
         run.report.counts = counts;
-        for l in batch {
-            let id = l.change.id.clone();
+        for (index, change) in batch_indexes.into_iter().zip(batch.iter()) {
+            let one: Arc<[Change]> = Arc::new([change.clone()]);
             match self
                 .store
-                .apply_page(vec![l.change], guard, mark(run.report.counts))
+                .apply_page(one, guard, mark(run.report.counts))
                 .await
             {
                 Ok(written) => run.report.counts.applied += written? as i64,
                 Err(e) if e.class() == ErrorClass::Data => {
                     run.skip(
                         url,
-                        l.index,
-                        Some(&id),
+                        index,
+                        Some(&change.id),
                         &format!("the database refused it: {e}"),
                     );
                 }
@@ -379,7 +420,7 @@ impl Reconciler {
             }
         }
         self.store
-            .apply_page(Vec::new(), guard, mark(run.report.counts))
+            .apply_page(Arc::new([]), guard, mark(run.report.counts))
             .await??;
         self.settle_ambiguous(run, &ambiguous).await;
         Ok(())
@@ -408,10 +449,29 @@ impl Reconciler {
     }
 }
 
-/// A listed item read as a change, with its index in the page (for reports).
-struct Listed {
-    index: usize,
-    change: Change,
+/// How a run handles its pages, chosen once from the kind's listing.
+enum Pages {
+    Resources(Box<ResourcePages>),
+    Events,
+}
+
+/// What a resource listing carries from page to page: the ids seen, for deletion
+/// detection after a complete full sweep.
+struct ResourcePages {
+    /// This sweep may detect deletions (a full, non-resumed sweep of a kind that does).
+    detect: bool,
+    seen: SeenIds,
+    /// An item without a readable id was listed: it could be any row.
+    unreadable_ids: bool,
+}
+
+/// Where a page came from and what its commit records besides its rows.
+struct PageAt<'a> {
+    url: &'a str,
+    /// `None` for a dry run.
+    run_id: Option<RunId>,
+    /// Where the sweep resumes after this page, if it is worth resuming.
+    resume_at: Option<(String, crate::db::DbTime)>,
 }
 
 impl Run<'_> {

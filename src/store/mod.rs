@@ -11,6 +11,7 @@ pub mod guard;
 mod sql;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::bookkeeping::{Fence, LeaseLost, PageMark};
 pub use crate::change::tie::Guard;
@@ -127,7 +128,7 @@ impl Store {
     /// written, or, when the lease is no longer the run's, writes nothing.
     pub async fn apply_page(
         &self,
-        changes: Vec<Change>,
+        changes: Arc<[Change]>,
         guard: Guard,
         mark: PageMark,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
@@ -142,7 +143,7 @@ impl Store {
         .await
     }
 
-    /// The stored rows of `ids` of one kind (one bulk read per [`MAX_IN_LIST`] ids).
+    /// The stored rows of `ids` of one kind (one bulk read per 1,000 ids).
     pub async fn stored_rows(
         &self,
         key: &Key,

@@ -292,7 +292,7 @@ fn wrong_rows(db: &mut Db, n: u64) -> i64 {
 
 /// PostgreSQL alone doing the reconcile's per-page SQL work over pages `[0, n)` in
 /// steps of 1,000, `clients` connections each taking every `clients`-th page: read the
-/// page's rows by id (as `db::sql::stored_rows` does), then one transaction upserting
+/// page's rows by id (as `store::sql::stored_rows` does), then one transaction upserting
 /// its drifted rows (every 100th) at `version`. Returns items/s.
 fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
     #[derive(diesel::QueryableByName)]

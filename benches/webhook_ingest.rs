@@ -3,7 +3,7 @@
 //! landed exactly once (one claim per event, every row written by its own event); the
 //! group sizes the receiver's group commit saw (from its /metrics) and, on PostgreSQL,
 //! the CPU per delivery of PostgreSQL's processes (from /proc); then `pgbench` running
-//! the product's claim and guarded upsert (`db::sql::claim_sql`, `upsert_sql`: per-row
+//! the product's claim and guarded upsert (`store::baseline::claim_sql`, `upsert_sql`: per-row
 //! VALUES lists with literals, planned every time, where the product binds arrays to
 //! statements prepared once) with the same concurrency and mix, twice: one
 //! delivery per transaction, and the same batches as the receiver's mean group, so each
@@ -303,7 +303,7 @@ const STATE: &str =
     r#"'{"amount": 4200, "currency": "EUR", "order_id": "ord_42", "refund_id": "x"}'"#;
 
 /// The claim and guarded upsert of `group` deliveries in one transaction, taken from the
-/// product's own SQL (`db::sql`): half of them new events (claimed and written), half
+/// product's own SQL (`store::baseline`): half of them new events (claimed and written), half
 /// duplicates (a claim that finds the id taken), like the HTTP run's mix. `group = 1`
 /// alternates between a new and a duplicate delivery instead.
 fn pgbench_scripts(dir: &std::path::Path, group: usize) -> Vec<(std::path::PathBuf, u32)> {

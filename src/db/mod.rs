@@ -1,5 +1,6 @@
 //! The database: one connection type over PostgreSQL and SQLite, pools, transactions and
-//! migrations. Only this module (with `db::sql`) knows diesel and SQL.
+//! migrations. Only this module and the table owners' `sql` modules (`store::sql`,
+//! `bookkeeping::sql`, `feed::sql`, sharing the helpers in `db::sql`) know diesel and SQL.
 //!
 //! Why our own two-variant enum instead of diesel's `MultiConnection`: the guarded write
 //! needs `ON CONFLICT`, which diesel cannot express on a `MultiConnection`; the SQL

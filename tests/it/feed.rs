@@ -655,3 +655,26 @@ async fn on_postgres_a_reconcile_that_wrote_vacuums_change_pending_and_sessions_
         .unwrap();
     assert_eq!(jit.s, "off");
 }
+
+/// SQLite stores a state as text, so a row changed by hand can hold anything: the feed
+/// must say so, never hand the application `null` (which reads as "no state").
+#[tokio::test]
+async fn an_unreadable_stored_state_is_an_error_never_a_null() {
+    let db = TestDb::new(Backend::Sqlite);
+    let store = store_on(&db).await;
+    assert_eq!(
+        deliver(&store, "e1", Some(order("o1", 1, "paid"))).await,
+        Outcome::Applied
+    );
+    db.execute("UPDATE changes SET state = 'not json {'");
+    let err = feed_on(&db)
+        .await
+        .after(0, 10, &Filter::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("change 1") && err.contains("not JSON"),
+        "the error names the change and the problem: {err}"
+    );
+}

@@ -161,7 +161,7 @@ impl Application {
             self.config.clone(),
             cancel.clone(),
         ));
-        tracker.spawn(crate::systemd::watchdog(listen, cancel.clone()));
+        tracker.spawn(crate::systemd::watchdog(self.db.clone(), cancel.clone()));
         tracker.spawn(crate::systemd::status_line(
             self.owners.book.clone(),
             self.config.clone(),

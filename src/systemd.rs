@@ -1,19 +1,18 @@
 //! The systemd protocol for `serve`: READY=1 once migrations ran and the listener is
-//! bound, WATCHDOG=1 only while the HTTP loop answers our own /healthz (a stalled or
-//! wedged process stops pinging and systemd restarts it), STATUS= with a one-line
+//! bound, WATCHDOG=1 only while the runtime runs tasks and the database answers (a
+//! stalled or wedged process stops pinging and systemd restarts it), STATUS= with a one-line
 //! summary, STOPPING=1 at shutdown. Outside systemd (no NOTIFY_SOCKET) every call is a
 //! no-op.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::bookkeeping::Bookkeeping;
 use crate::config::Config;
+use crate::db::Db;
 
 /// How often STATUS= is refreshed.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
@@ -35,16 +34,14 @@ pub fn stopping() {
     ]);
 }
 
-/// Pings the watchdog at half its interval, each time only after our own `/healthz`
-/// answered 200 through the real listener.
-pub async fn watchdog(listen: SocketAddr, cancel: CancellationToken) {
+/// Pings the watchdog at half its interval, each time only after the daemon proved it
+/// can serve and write: the runtime runs a fresh task promptly, and the database
+/// answers. It never asks through the public listener: a flood of anonymous clients
+/// there must not make systemd restart the daemon (and the caps would queue the probe
+/// behind them).
+pub async fn watchdog(db: Db, cancel: CancellationToken) {
     let Some(interval) = sd_notify::watchdog_enabled() else {
         return;
-    };
-    let target = if listen.ip().is_unspecified() {
-        SocketAddr::from(([127, 0, 0, 1], listen.port()))
-    } else {
-        listen
     };
     let mut tick = tokio::time::interval(interval / 2);
     loop {
@@ -52,25 +49,26 @@ pub async fn watchdog(listen: SocketAddr, cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match tokio::time::timeout(interval / 4, healthz(target)).await {
-            Ok(true) => send(&[NotifyState::Watchdog]),
-            _ => tracing::warn!("own /healthz did not answer; not pinging the systemd watchdog"),
+        match tokio::time::timeout(interval / 4, alive(&db)).await {
+            Ok(Ok(())) => send(&[NotifyState::Watchdog]),
+            Ok(Err(why)) => tracing::warn!(why, "not pinging the systemd watchdog"),
+            Err(_) => tracing::warn!(
+                "the liveness check took longer than a quarter of WatchdogSec; not pinging the systemd watchdog"
+            ),
         }
     }
 }
 
-async fn healthz(addr: SocketAddr) -> bool {
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return false;
-    };
-    if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+/// The runtime schedules a new task, and the database answers a query.
+async fn alive(db: &Db) -> Result<(), String> {
+    tokio::spawn(async {})
         .await
-        .is_err()
-    {
-        return false;
+        .map_err(|e| format!("the runtime did not run a task: {e}"))?;
+    match db.is_migrated().await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("the database lost its schema".into()),
+        Err(e) => Err(format!("the database does not answer: {e}")),
     }
-    let mut buf = [0u8; 12];
-    s.read_exact(&mut buf).await.is_ok() && &buf[9..12] == b"200"
 }
 
 /// Keeps STATUS= current: deliveries handled, and the age of the oldest last

@@ -21,10 +21,16 @@ pub const MAX_BODY: &str = "1MiB";
 /// Deliveries handled at once; more are answered 503 at once. Bounds the memory a
 /// database outage can pile up (each waiting delivery holds its connection and body).
 pub const MAX_IN_FLIGHT: u32 = 256;
-/// HTTP connections open at once (at least `max_in_flight`); more wait in the kernel's
-/// accept queue. Bounds the memory of the retry storm that ends an outage (~20 KiB a
-/// connection).
-pub const MAX_HTTP_CONNECTIONS: u32 = 1024;
+/// HTTP connections open at once (at least `max_in_flight`). Bounds the memory of the
+/// retry storm that ends an outage (~20 KiB a connection); at the cap, idle and
+/// head-less connections make room, oldest first.
+pub const MAX_HTTP_CONNECTIONS: u32 = 2048;
+/// The same per client address: one client cannot take every place.
+pub const MAX_HTTP_CONNECTIONS_PER_IP: u32 = 256;
+/// A request head must arrive whole within this.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10 * SECOND);
+/// A request body must arrive whole within this (408 otherwise).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30 * SECOND);
 /// A connection with no bytes read or written for this long is closed (nginx keeps
 /// idle connections 75 s); without it, idle connections could hold every place.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60 * SECOND);

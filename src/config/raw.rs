@@ -48,7 +48,11 @@ pub struct RawHttp {
     pub max_body: Option<String>,
     pub max_in_flight: Option<u32>,
     pub max_connections: Option<u32>,
+    pub max_connections_per_ip: Option<u32>,
+    pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
     pub idle_timeout: Option<String>,
+    pub http2: Option<bool>,
     /// Bearer token of `GET /changes`; without it the endpoint does not exist (404).
     pub changes_token: Option<RawSecret>,
 }

@@ -64,10 +64,19 @@ pub struct HttpConfig {
     pub max_body: usize,
     /// Deliveries handled at once; more are answered 503 with `Retry-After`.
     pub max_in_flight: usize,
-    /// Connections open at once; more wait to be accepted.
+    /// Connections open at once (0: no cap); at the cap, the oldest connection that is
+    /// idle or has not sent a complete request head is closed to admit a new one.
     pub max_connections: usize,
-    /// A connection idle this long is closed.
+    /// The same, per client address (0: no cap).
+    pub max_connections_per_ip: usize,
+    /// The whole request head must arrive within this.
+    pub header_timeout: Duration,
+    /// The whole body must arrive within this (408 otherwise).
+    pub body_timeout: Duration,
+    /// A keep-alive connection idle this long is closed.
     pub idle_timeout: Duration,
+    /// Serve HTTP/2 (h2c) too; at most 100 streams per connection.
+    pub http2: bool,
     /// Bearer token of `GET /changes`; `None`: the endpoint answers 404.
     pub changes_token: Option<SecretString>,
 }

@@ -1,141 +1,407 @@
-//! The listener: at most `http.max_connections` connections open at once. Past that
-//! the next one waits in the kernel's accept queue (no memory of ours) until one
-//! closes. Senders retry every delivery a database outage refused, all at once when it
-//! ends; the soak saw 5,000 connections open within a second and RSS go from 27 to
-//! 122 MiB (about 20 KiB a connection in hyper), so this, not `max_in_flight`, is what
-//! bounds the memory of a retry storm. (axum has no such limit yet: tokio-rs/axum#3489.)
+//! The listener faces the internet: no client may slow, stop or restart it for the
+//! others. Our own accept loop over hyper, because `axum::serve` has none of the knobs
+//! this needs (tokio-rs/axum#3489): HTTP/1 only unless `http.http2`, and per connection:
 //!
-//! A bound on connections needs a bound on idleness: a client that opens connections and
-//! sends nothing would otherwise hold every place for good (axum runs hyper without a
-//! timer, so hyper's own header timeout is off), and the systemd watchdog, which asks
-//! `/healthz` through this listener, would then restart the daemon. A connection with no
-//! bytes read or written for `http.idle_timeout` is closed.
+//! - a **head deadline** (`http.header_timeout`): from a connection's first byte of a
+//!   request (or its accept) to the complete head. hyper's own header timeout also runs
+//!   while a keep-alive connection waits, which would make it the idle timeout too;
+//! - an **idle deadline** (`http.idle_timeout`): no byte read or written for that long;
+//! - the body's deadline is the handler's (`http.body_timeout`, 408: `http::receive`);
+//! - **caps** (`http.max_connections`, `http.max_connections_per_ip`): at a cap, the
+//!   oldest connection that is not in a request (idle, or without a complete head) is
+//!   closed to admit the new one; when every connection is in a request, the new one is
+//!   closed. A client that holds connections thus only ever displaces its own kind, and
+//!   a client's cost is bounded to its own address's share.
+//!
+//! Senders retry what an outage refused all at once when it ends (the soak saw 5,000
+//! connections within a second, about 20 KiB each in hyper): the caps bound that memory.
 
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-/// A TCP listener that accepts only while fewer than its limit of connections are open.
-pub struct Limited {
-    inner: TcpListener,
-    open: Arc<Semaphore>,
-    idle_timeout: Duration,
+use crate::config::HttpConfig;
+
+/// Streams one HTTP/2 connection may carry at once (`http.http2 = true`).
+const MAX_H2_STREAMS: u32 = 100;
+
+/// What each connection is bounded by.
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    header: Duration,
+    idle: Duration,
 }
 
-impl Limited {
-    pub fn new(inner: TcpListener, max_connections: usize, idle_timeout: Duration) -> Self {
-        Self {
-            inner,
-            open: Arc::new(Semaphore::new(max_connections)),
-            idle_timeout,
-        }
-    }
-}
-
-impl axum::serve::Listener for Limited {
-    type Io = Counted;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        // The semaphore is never closed, so this waits until a connection ends.
-        let permit = loop {
-            if let Ok(p) = self.open.clone().acquire_owned().await {
-                break p;
-            }
-        };
-        let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        crate::observability::connection_opened();
-        (
-            Counted {
-                stream,
-                _permit: permit,
-                idle_timeout: self.idle_timeout,
-                idle: Box::pin(tokio::time::sleep(self.idle_timeout)),
+/// Serves `routes` on `listener` until `shutdown` completes, then lets the requests in
+/// progress finish (idle connections close at once).
+pub async fn serve(
+    listener: TcpListener,
+    routes: Router,
+    http: &HttpConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let registry = Arc::new(Registry::new(
+        http.max_connections,
+        http.max_connections_per_ip,
+    ));
+    let deadlines = Deadlines {
+        header: http.header_timeout,
+        idle: http.idle_timeout,
+    };
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors (EMFILE) or a connection reset before accept:
+                    // a short pause instead of a busy loop; the caps free descriptors.
+                    tracing::warn!(error = %e, "cannot accept a connection; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
             },
-            addr,
-        )
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-/// An accepted connection; its slot is given back when hyper drops it.
-pub struct Counted {
-    stream: TcpStream,
-    _permit: OwnedSemaphorePermit,
-    idle_timeout: Duration,
-    /// Fires `idle_timeout` after the last byte read or written.
-    idle: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl Counted {
-    fn active(&mut self) {
-        let deadline = tokio::time::Instant::now() + self.idle_timeout;
-        self.idle.as_mut().reset(deadline);
-    }
-
-    /// What a pending read or write returns: still pending, or the idle error once the
-    /// deadline has passed (hyper then closes the connection).
-    fn pending_or_idle<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
-        match self.idle.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "connection idle past http.idle_timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
+        };
+        let Some(slot) = registry.admit(peer.ip()) else {
+            metrics::counter!("http_connections_refused_total").increment(1);
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let io = TokioIo::new(Tracked::new(stream, slot.conn.clone(), deadlines));
+        let service = PerConnection {
+            routes: routes.clone(),
+            conn: slot.conn.clone(),
+        };
+        if http.http2 {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(None)
+                .keep_alive(true);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(MAX_H2_STREAMS);
+            let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop(slot);
+            });
+        } else {
+            let conn = graceful.watch(
+                hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(None)
+                    .keep_alive(true)
+                    .serve_connection(io, service),
+            );
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop(slot);
+            });
         }
     }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
 
-    fn track<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        match polled {
-            Poll::Pending => self.pending_or_idle(cx),
-            ready => {
-                self.active();
-                ready
+/// Open connections, oldest first, and how many each client address has.
+struct Registry {
+    max_total: usize,
+    max_per_ip: usize,
+    inner: Mutex<Open>,
+}
+
+#[derive(Default)]
+struct Open {
+    next_id: u64,
+    conns: BTreeMap<u64, (IpAddr, Arc<Conn>)>,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl Open {
+    fn remove(&mut self, id: u64) -> Option<Arc<Conn>> {
+        let (ip, conn) = self.conns.remove(&id)?;
+        if let Some(n) = self.per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&ip);
             }
         }
+        Some(conn)
+    }
+
+    /// Closes the oldest connection (of `ip`, if given) that is not in a request.
+    fn evict_oldest(&mut self, ip: Option<IpAddr>) -> bool {
+        let victim = self
+            .conns
+            .iter()
+            .find(|(_, (addr, c))| ip.is_none_or(|ip| ip == *addr) && c.is_evictable())
+            .map(|(id, _)| *id);
+        match victim.and_then(|id| self.remove(id)) {
+            Some(conn) => {
+                conn.evict.cancel();
+                metrics::counter!("http_connections_evicted_total").increment(1);
+                true
+            }
+            None => false,
+        }
     }
 }
 
-impl Drop for Counted {
+impl Registry {
+    fn new(max_total: usize, max_per_ip: usize) -> Self {
+        Self {
+            max_total,
+            max_per_ip,
+            inner: Mutex::new(Open::default()),
+        }
+    }
+
+    /// A place for a new connection from `ip`, made at a cap by closing the oldest
+    /// connection that is not in a request; `None` when there is none to close.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let mut open = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if self.max_per_ip > 0
+            && open.per_ip.get(&ip).copied().unwrap_or(0) >= self.max_per_ip
+            && !open.evict_oldest(Some(ip))
+        {
+            return None;
+        }
+        if self.max_total > 0 && open.conns.len() >= self.max_total && !open.evict_oldest(None) {
+            return None;
+        }
+        let id = open.next_id;
+        open.next_id += 1;
+        let conn = Arc::new(Conn::default());
+        open.conns.insert(id, (ip, conn.clone()));
+        *open.per_ip.entry(ip).or_default() += 1;
+        crate::observability::connection_opened();
+        Some(Slot {
+            registry: self.clone(),
+            id,
+            conn,
+        })
+    }
+}
+
+/// A connection's place in the registry, given back when its task ends.
+struct Slot {
+    registry: Arc<Registry>,
+    id: u64,
+    conn: Arc<Conn>,
+}
+
+impl Drop for Slot {
     fn drop(&mut self) {
+        let mut open = self
+            .registry
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        open.remove(self.id);
         crate::observability::connection_closed();
     }
 }
 
-impl AsyncRead for Counted {
+/// What the registry and the connection's I/O share with its requests.
+#[derive(Default)]
+struct Conn {
+    /// Requests whose head arrived and whose response is not written yet.
+    requests: AtomicUsize,
+    /// Requests whose head arrived, ever: a change tells the I/O a head completed.
+    heads: AtomicU64,
+    /// Cancelled to close the connection (a cap needs its place).
+    evict: CancellationToken,
+}
+
+impl Conn {
+    fn is_evictable(&self) -> bool {
+        self.requests.load(Ordering::Acquire) == 0
+    }
+}
+
+/// The router for one connection, marking its requests in and out.
+#[derive(Clone)]
+struct PerConnection {
+    routes: Router,
+    conn: Arc<Conn>,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for PerConnection {
+    type Response = axum::response::Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        self.conn.requests.fetch_add(1, Ordering::AcqRel);
+        self.conn.heads.fetch_add(1, Ordering::AcqRel);
+        let mut routes = self.routes.clone();
+        let done = RequestDone(self.conn.clone());
+        Box::pin(async move {
+            let response = tower_service::Service::call(&mut routes, request).await;
+            drop(done);
+            response
+        })
+    }
+}
+
+/// Marks a request finished however its future ends (answered, or dropped with the
+/// connection).
+struct RequestDone(Arc<Conn>);
+
+impl Drop for RequestDone {
+    fn drop(&mut self) {
+        self.0.requests.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An accepted connection's I/O, failing reads and writes past its deadlines or once
+/// evicted; hyper then closes the connection.
+struct Tracked {
+    stream: TcpStream,
+    conn: Arc<Conn>,
+    deadlines: Deadlines,
+    /// When the current request head began (its first byte, or the accept), while one
+    /// is awaited; `None` between a complete head and the next request's first byte.
+    head_started: Option<Instant>,
+    /// `conn.heads` when the current head began.
+    heads_seen: u64,
+    last_active: Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    timer_at: Instant,
+    evicted: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl Tracked {
+    fn new(stream: TcpStream, conn: Arc<Conn>, deadlines: Deadlines) -> Self {
+        let now = Instant::now();
+        let timer_at = now + deadlines.header;
+        Self {
+            stream,
+            evicted: Box::pin(conn.evict.clone().cancelled_owned()),
+            heads_seen: conn.heads.load(Ordering::Acquire),
+            conn,
+            deadlines,
+            head_started: Some(now),
+            last_active: now,
+            timer: Box::pin(tokio::time::sleep_until(timer_at)),
+            timer_at,
+        }
+    }
+
+    /// A head completed since it began: no head deadline until the next request's
+    /// first byte.
+    fn settle_head(&mut self) {
+        let heads = self.conn.heads.load(Ordering::Acquire);
+        if heads != self.heads_seen {
+            self.heads_seen = heads;
+            self.head_started = None;
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        let idle = self.last_active + self.deadlines.idle;
+        match self.head_started {
+            Some(started) => (started + self.deadlines.header).min(idle),
+            None => idle,
+        }
+    }
+
+    fn read_some(&mut self) {
+        let now = Instant::now();
+        self.last_active = now;
+        self.settle_head();
+        if self.head_started.is_none() && self.conn.requests.load(Ordering::Acquire) == 0 {
+            self.head_started = Some(now);
+        }
+    }
+
+    /// What a pending read or write returns: still pending, or an error once a
+    /// deadline passed or the connection was evicted.
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if self.evicted.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to make room (http.max_connections / max_connections_per_ip)",
+            )));
+        }
+        self.settle_head();
+        let at = self.deadline();
+        if at != self.timer_at {
+            self.timer_at = at;
+            self.timer.as_mut().reset(at);
+        }
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                let what = if self
+                    .head_started
+                    .is_some_and(|s| s + self.deadlines.header <= at)
+                {
+                    "request head not complete within http.header_timeout"
+                } else {
+                    "connection idle past http.idle_timeout"
+                };
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for Tracked {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
-        self.track(cx, polled)
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Pending => self.pending(cx),
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.read_some();
+                }
+                Poll::Ready(Ok(()))
+            }
+            ready => ready,
+        }
     }
 }
 
-impl AsyncWrite for Counted {
+impl AsyncWrite for Tracked {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
-        self.track(cx, polled)
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Pending => self.pending(cx),
+            ready => {
+                self.last_active = Instant::now();
+                ready
+            }
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -151,8 +417,13 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
-        self.track(cx, polled)
+        match Pin::new(&mut self.stream).poll_write_vectored(cx, bufs) {
+            Poll::Pending => self.pending(cx),
+            ready => {
+                self.last_active = Instant::now();
+                ready
+            }
+        }
     }
 
     fn is_write_vectored(&self) -> bool {

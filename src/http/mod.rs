@@ -8,24 +8,10 @@
 mod listener;
 mod reply;
 
-pub use listener::Limited as LimitedListener;
+pub use listener::serve;
 
 /// The routes [`router`] builds, for [`serve`].
 pub type Routes = Router;
-
-/// Serves `routes` on `listener` within `http.max_connections` and `http.idle_timeout`
-/// until `shutdown` completes, then lets in-flight requests finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    routes: Routes,
-    http: &crate::config::HttpConfig,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = LimitedListener::new(listener, http.max_connections, http.idle_timeout);
-    axum::serve(listener, routes)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -60,6 +46,7 @@ pub struct HttpState {
 pub fn router(state: HttpState) -> Router {
     let limits = Limits {
         max_body: state.config.http.max_body,
+        body_timeout: state.config.http.body_timeout,
         max_in_flight: state.config.http.max_in_flight,
         in_flight: Arc::new(tokio::sync::Semaphore::new(state.config.http.max_in_flight)),
     };
@@ -135,17 +122,13 @@ pub fn router(state: HttpState) -> Router {
 #[derive(Clone)]
 struct Limits {
     max_body: usize,
+    body_timeout: std::time::Duration,
     max_in_flight: usize,
     in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 async fn receive(receiver: &Receiver, limits: &Limits, headers: HeaderMap, body: Body) -> Response {
     let started = Instant::now();
-    // Refused before the body is read: when the database is slow or gone, deliveries
-    // would otherwise pile up by the thousand, each holding a connection and a body.
-    let Ok(_permit) = limits.in_flight.try_acquire() else {
-        return reply::overloaded(receiver.source(), limits.max_in_flight);
-    };
     let max_body = limits.max_body;
     let declared = headers
         .get(axum::http::header::CONTENT_LENGTH)
@@ -154,9 +137,19 @@ async fn receive(receiver: &Receiver, limits: &Limits, headers: HeaderMap, body:
     if declared.is_some_and(|n| n > max_body as u64) {
         return reply::too_large(receiver.source(), max_body);
     }
-    let bytes = match axum::body::to_bytes(body, max_body).await {
-        Ok(b) => b,
-        Err(_) => return reply::too_large(receiver.source(), max_body),
+    // The body within its deadline: a client trickling bytes holds its own connection,
+    // never an in-flight place.
+    let bytes =
+        match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, max_body)).await
+        {
+            Ok(Ok(b)) => b,
+            Ok(Err(_)) => return reply::too_large(receiver.source(), max_body),
+            Err(_) => return reply::too_slow(receiver.source(), limits.body_timeout),
+        };
+    // Counted once the body is here: when the database is slow or gone, deliveries would
+    // otherwise pile up by the thousand, each holding a connection and a body.
+    let Ok(_permit) = limits.in_flight.try_acquire() else {
+        return reply::overloaded(receiver.source(), limits.max_in_flight);
     };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -51,6 +51,19 @@ pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
     ))
 }
 
+pub fn too_slow(source: &str, body_timeout: Duration) -> Response {
+    count(source, "too_slow", None);
+    tracing::warn!(
+        source,
+        ?body_timeout,
+        "delivery refused: body not complete within http.body_timeout"
+    );
+    error_reply(
+        StatusCode::REQUEST_TIMEOUT,
+        format!("the body did not arrive within {body_timeout:?} (http.body_timeout)"),
+    )
+}
+
 pub fn too_large(source: &str, max_body: usize) -> Response {
     count(source, "too_large", None);
     tracing::warn!(

@@ -12,6 +12,7 @@ mod demo;
 mod feed;
 mod hostile_sender;
 mod input_limits;
+mod listener;
 mod operations;
 mod process;
 mod properties;

@@ -508,7 +508,8 @@ async fn with_the_sqlite_file_locked_by_another_writer_deliveries_get_503_then_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_max_in_flight_deliveries_get_503_at_once_and_apply_when_retried() {
-    let app = sqlite_app_with_http("busy_timeout = \"20s\"", "max_in_flight = 2").await;
+    let app =
+        crate::helpers::sqlite_app_with_http("busy_timeout = \"20s\"", "max_in_flight = 2").await;
     let lock = app.db.lock_sqlite();
     // Two deliveries wait on the locked file; they hold both places.
     let waiting: Vec<_> = (1..=2)
@@ -558,87 +559,4 @@ async fn past_max_in_flight_deliveries_get_503_at_once_and_apply_when_retried() 
     );
     assert_eq!(app.db.count("resources"), 3);
     assert_eq!(app.db.count("processed_events"), 3);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn past_max_connections_a_connection_waits_to_be_accepted_until_one_closes() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let app = sqlite_app_with_http("", "max_in_flight = 1\nmax_connections = 2").await;
-    let request = format!(
-        "GET /healthz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        app.addr
-    );
-    // Two idle connections take both places (the kernel completes the handshake of any
-    // connection; what is bounded is how many the daemon has accepted).
-    let mut first = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let second = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let mut third = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    third.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    let waited =
-        tokio::time::timeout(Duration::from_millis(500), third.read_to_end(&mut answer)).await;
-    assert!(
-        waited.is_err(),
-        "a third connection was served while two were open: {}",
-        String::from_utf8_lossy(&answer)
-    );
-    // One closes: the third is accepted and answered.
-    first.write_all(request.as_bytes()).await.unwrap();
-    let mut a = Vec::new();
-    first.read_to_end(&mut a).await.unwrap();
-    drop(first);
-    tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let text = String::from_utf8_lossy(&answer);
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    // Closed connections are counted out: /readyz then sees only its own.
-    drop((second, third));
-    let only_own = eventually(Duration::from_secs(10), || async {
-        let r = reqwest::get(app.url("/readyz")).await.unwrap();
-        r.json::<Value>().await.unwrap()["queues"]["http_connections"] == 1
-    })
-    .await;
-    assert!(only_own, "/readyz never showed one open connection");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_idle_connection_is_closed_after_idle_timeout_and_gives_its_place_back() {
-    use tokio::io::AsyncReadExt;
-    let app = sqlite_app_with_http(
-        "",
-        "max_in_flight = 1\nmax_connections = 1\nidle_timeout = \"1s\"",
-    )
-    .await;
-    // Takes the only place and sends nothing.
-    let mut idle = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let started = std::time::Instant::now();
-    // Answered once the idle one is closed, not never.
-    let r = tokio::time::timeout(Duration::from_secs(10), reqwest::get(app.url("/healthz")))
-        .await
-        .expect("/healthz not answered while an idle connection held the only place")
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert!(
-        started.elapsed() >= Duration::from_millis(900),
-        "answered before the idle connection timed out: the limit did not hold"
-    );
-    // The idle connection was closed by the daemon (EOF or reset, not a hang).
-    let mut buf = [0u8; 1];
-    let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
-        .await
-        .expect("the idle connection is still open");
-    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-}
-
-/// An app on SQLite with `database_extra` in `[database]` and `http_extra` (lines of TOML,
-/// `\n`-separated) in `[http]`.
-async fn sqlite_app_with_http(database_extra: &str, http_extra: &str) -> crate::helpers::TestApp {
-    let db = TestDb::new(Backend::Sqlite);
-    let toml = crate::helpers::config_toml(&db.url, database_extra).replace(
-        "max_body = \"64KiB\"",
-        &format!("max_body = \"64KiB\"\n{http_extra}"),
-    );
-    crate::helpers::spawn_app_with(db, &toml).await
 }

@@ -162,6 +162,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         );
     }
     let max_connections = match raw.http.max_connections {
+        // 0 turns the cap off (behind a reverse proxy that bounds connections itself).
+        Some(0) => 0,
         Some(n) if n < max_in_flight.max(1) => {
             c.fail(
                 "http.max_connections",
@@ -180,6 +182,29 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         raw.http.idle_timeout.as_deref(),
         defaults::IDLE_TIMEOUT,
     );
+    let header_timeout = c.opt_duration(
+        "http.header_timeout",
+        raw.http.header_timeout.as_deref(),
+        defaults::HEADER_TIMEOUT,
+    );
+    let body_timeout = c.opt_duration(
+        "http.body_timeout",
+        raw.http.body_timeout.as_deref(),
+        defaults::BODY_TIMEOUT,
+    );
+    for (key, d) in [
+        ("http.idle_timeout", idle_timeout),
+        ("http.header_timeout", header_timeout),
+        ("http.body_timeout", body_timeout),
+    ] {
+        if d.is_zero() {
+            c.fail(key, "must be longer than 0s");
+        }
+    }
+    let max_connections_per_ip = raw
+        .http
+        .max_connections_per_ip
+        .unwrap_or(defaults::MAX_HTTP_CONNECTIONS_PER_IP);
     let r = &raw.retention;
     let batch = r.batch.unwrap_or(defaults::RETENTION_BATCH);
     if batch == 0 || batch > defaults::MAX_RETENTION_BATCH {
@@ -309,7 +334,11 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 max_body,
                 max_in_flight: max_in_flight as usize,
                 max_connections: max_connections as usize,
+                max_connections_per_ip: max_connections_per_ip as usize,
+                header_timeout,
+                body_timeout,
                 idle_timeout,
+                http2: raw.http.http2.unwrap_or(false),
                 changes_token,
             },
             retention,

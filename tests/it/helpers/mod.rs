@@ -290,3 +290,14 @@ where
     }
     false
 }
+
+/// An app on SQLite with `database_extra` in `[database]` and `http_extra` (lines of TOML,
+/// `\n`-separated) in `[http]`.
+pub async fn sqlite_app_with_http(database_extra: &str, http_extra: &str) -> TestApp {
+    let db = TestDb::new(Backend::Sqlite);
+    let toml = config_toml(&db.url, database_extra).replace(
+        "max_body = \"64KiB\"",
+        &format!("max_body = \"64KiB\"\n{http_extra}"),
+    );
+    spawn_app_with(db, &toml).await
+}

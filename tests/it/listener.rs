@@ -1,0 +1,239 @@
+//! The listener faces the internet (SPEC "The listener faces the internet"): attacks
+//! with real sockets. Sockets bound to 127.0.0.2.. stand for other clients; the signed
+//! deliveries come from 127.0.0.1 and must be answered within a second throughout.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::helpers::{TestApp, eventually, refund_event, sqlite_app_with_http};
+
+/// A connection to `addr` from the client address `from`.
+async fn connect_from(from: [u8; 4], addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// A signed delivery from 127.0.0.1, answered 200 within a second.
+async fn delivered_within_a_second(app: &TestApp, n: usize) {
+    let started = Instant::now();
+    let (status, body) = tokio::time::timeout(
+        Duration::from_secs(1),
+        app.deliver(&refund_event(
+            &format!("probe-{n}"),
+            &format!("re_probe_{n}"),
+        )),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("signed delivery {n} not answered within a second"));
+    assert_eq!(status, 200, "{body}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// Whether the daemon closed `s` within `within` (EOF or reset; bytes it sent first,
+/// such as a 408, are read past).
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+async fn open_connections(app: &TestApp) -> u64 {
+    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+    r.json::<Value>().await.unwrap()["queues"]["http_connections"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_trickling_heads_from_other_clients_never_delay_a_signed_delivery() {
+    let app = sqlite_app_with_http("", "header_timeout = \"3s\"").await;
+    let mut attackers = Vec::new();
+    for c in 0..1000u32 {
+        let from = [127, 0, 0, 2 + (c % 4) as u8];
+        attackers.push(connect_from(from, app.addr).await);
+    }
+    // Each sends its head a byte at a time, one every 200 ms, and never finishes it.
+    let head = b"POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nX-Padding: aaaaaaaaaaaaaaaa";
+    let trickle: Vec<_> = attackers
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                for b in head.iter().take(25) {
+                    if s.write_all(&[*b]).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                s
+            })
+        })
+        .collect();
+    for n in 0..5 {
+        delivered_within_a_second(&app, n).await;
+        let r = tokio::time::timeout(
+            Duration::from_secs(1),
+            app.client.get(app.url("/healthz")).send(),
+        )
+        .await
+        .expect("/healthz not answered within a second")
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // None of them completed a head within http.header_timeout: all closed by now.
+    let mut still_open = 0;
+    for t in trickle {
+        let mut s = t.await.unwrap();
+        if !closed_within(&mut s, Duration::from_secs(4)).await {
+            still_open += 1;
+        }
+    }
+    assert_eq!(still_open, 0, "connections outlived http.header_timeout");
+    assert_eq!(app.db.count("processed_events"), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_bodies_hold_no_in_flight_place_and_get_408() {
+    let app = sqlite_app_with_http("", "max_in_flight = 2\nbody_timeout = \"1s\"").await;
+    let mut slow = Vec::new();
+    for _ in 0..10 {
+        let mut s = connect_from([127, 0, 0, 2], app.addr).await;
+        s.write_all(
+            b"POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+        slow.push(s);
+    }
+    for n in 0..3 {
+        delivered_within_a_second(&app, n).await;
+    }
+    for mut s in slow {
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(text.contains("http.body_timeout"), "{text}");
+    }
+    assert_eq!(app.db.count("processed_events"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_keep_alive_connections_make_room_oldest_first_at_max_connections() {
+    let app = sqlite_app_with_http("", "max_in_flight = 4\nmax_connections = 40").await;
+    let request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut idle = Vec::new();
+    for c in 0..120u32 {
+        let mut s = connect_from([127, 0, 0, 2 + (c % 2) as u8], app.addr).await;
+        s.write_all(request).await.unwrap();
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("a keep-alive request was not answered")
+            .unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        idle.push(s);
+    }
+    for n in 0..3 {
+        delivered_within_a_second(&app, n).await;
+    }
+    assert!(open_connections(&app).await <= 40);
+    // The oldest were closed to make room; the newest are still open.
+    assert!(closed_within(&mut idle[0], Duration::from_secs(2)).await);
+    assert!(!closed_within(&mut idle[119], Duration::from_millis(300)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_client_address_holds_at_most_max_connections_per_ip() {
+    let app = sqlite_app_with_http("", "max_connections_per_ip = 5").await;
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(connect_from([127, 0, 0, 2], app.addr).await);
+    }
+    let settled = eventually(Duration::from_secs(5), || async {
+        open_connections(&app).await <= 6
+    })
+    .await;
+    assert!(settled, "one address held more than its 5 places");
+    for (i, s) in held.iter_mut().enumerate() {
+        let closed = closed_within(s, Duration::from_millis(if i < 15 { 2000 } else { 200 })).await;
+        assert_eq!(
+            closed,
+            i < 15,
+            "connection {i}: the oldest 15 make room, the newest 5 stay"
+        );
+    }
+    delivered_within_a_second(&app, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_head_not_complete_within_header_timeout_is_closed_and_an_idle_keep_alive_after_idle_timeout()
+ {
+    let app = sqlite_app_with_http("", "header_timeout = \"1s\"\nidle_timeout = \"2s\"").await;
+    let mut partial = connect_from([127, 0, 0, 2], app.addr).await;
+    partial
+        .write_all(b"GET /healthz HTTP/1.1\r\nHo")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    assert!(closed_within(&mut partial, Duration::from_secs(5)).await);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(3),
+        "closed after {took:?}, header_timeout is 1s"
+    );
+    // A keep-alive connection that finished its request waits idle_timeout, not
+    // header_timeout, for the next one.
+    let mut keep = connect_from([127, 0, 0, 2], app.addr).await;
+    keep.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = keep.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let started = Instant::now();
+    assert!(closed_within(&mut keep, Duration::from_secs(6)).await);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(5),
+        "closed after {took:?}, idle_timeout is 2s"
+    );
+}
+
+/// The HTTP/2 client preface, then an empty SETTINGS frame.
+const H2C_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// Whether the answer to the h2c preface is an HTTP/2 SETTINGS frame.
+async fn answers_http2(app: &TestApp) -> bool {
+    let mut s = TcpStream::connect(app.addr).await.unwrap();
+    s.write_all(H2C_PREFACE).await.unwrap();
+    let mut answer = [0u8; 9];
+    match tokio::time::timeout(Duration::from_secs(3), s.read_exact(&mut answer)).await {
+        // A frame header: 24-bit length, type 0x4 (SETTINGS).
+        Ok(Ok(_)) => answer[3] == 0x04 && !answer.starts_with(b"HTTP/"),
+        _ => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn http2_is_off_unless_configured() {
+    let app = sqlite_app_with_http("", "").await;
+    assert!(
+        !answers_http2(&app).await,
+        "h2c prior knowledge was served by default"
+    );
+    delivered_within_a_second(&app, 0).await;
+    let app = sqlite_app_with_http("", "http2 = true").await;
+    assert!(answers_http2(&app).await, "http2 = true serves h2c");
+}

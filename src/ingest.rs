@@ -60,6 +60,8 @@ impl Ingest {
                         kind: kind.name.clone(),
                         mapping: mapping.clone(),
                         version_format: kind.version_format,
+                        max_state_bytes: kind.max_state_bytes,
+                        max_version_ahead: kind.max_version_ahead,
                     },
                 );
             }
@@ -81,7 +83,7 @@ impl Ingest {
     pub async fn event(&self, env: Envelope, body: &[u8]) -> Result<Ingested, Refusal> {
         let change = match self.mapping(&env) {
             None => None,
-            Some(m) => match m.change(&self.source, &env) {
+            Some(m) => match m.change(&self.source, &env, chrono::Utc::now().timestamp_micros()) {
                 Ok(c) => Some(c),
                 Err(e) => return Err(self.dead_letter(env, e.to_string(), body).await),
             },

@@ -97,9 +97,217 @@ pub fn check_number(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A number's parts: sign, the digits (integer then fraction), how many of them stand
+/// before the point (may be below 0 or past the end), and PostgreSQL's display scale.
+struct Decimal<'a> {
+    negative: bool,
+    int: &'a str,
+    frac: &'a str,
+    point: i64,
+    scale: i64,
+}
+
+impl<'a> Decimal<'a> {
+    /// `text` is a JSON number already within [`check_number`]'s range.
+    fn parse(text: &'a str) -> Decimal<'a> {
+        let (negative, unsigned) = match text.strip_prefix('-') {
+            Some(u) => (true, u),
+            None => (false, text),
+        };
+        let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+            Some(i) => (
+                &unsigned[..i],
+                unsigned[i + 1..].parse::<i64>().unwrap_or(0),
+            ),
+            None => (unsigned, 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        Decimal {
+            negative,
+            int,
+            frac,
+            point: int.len() as i64 + exponent,
+            scale: (frac.len() as i64 - exponent).max(0),
+        }
+    }
+
+    fn digit(&self, i: i64) -> u8 {
+        let (int, frac) = (self.int.as_bytes(), self.frac.as_bytes());
+        match usize::try_from(i) {
+            Ok(i) if i < int.len() => int[i],
+            Ok(i) if i - int.len() < frac.len() => frac[i - int.len()],
+            _ => b'0',
+        }
+    }
+
+    fn len(&self) -> i64 {
+        (self.int.len() + self.frac.len()) as i64
+    }
+
+    /// The first significant digit's index, if any digit is not 0.
+    fn first_significant(&self) -> Option<i64> {
+        (0..self.len()).find(|i| self.digit(*i) != b'0')
+    }
+
+    /// Bytes of the text PostgreSQL prints.
+    fn written_len(&self) -> i64 {
+        let first = self.first_significant();
+        let int_digits = match first {
+            Some(f) if f < self.point => self.point - f,
+            _ => 1,
+        };
+        let sign = i64::from(self.negative && first.is_some());
+        let fraction = if self.scale > 0 { 1 + self.scale } else { 0 };
+        sign + int_digits + fraction
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let first = self.first_significant();
+        if self.negative && first.is_some() {
+            out.push(b'-');
+        }
+        match first {
+            Some(f) if f < self.point => out.extend((f..self.point).map(|i| self.digit(i))),
+            _ => out.push(b'0'),
+        }
+        if self.scale > 0 {
+            out.push(b'.');
+            out.extend((self.point..self.point + self.scale).map(|i| self.digit(i)));
+        }
+    }
+}
+
+/// Whether a number's text is already as PostgreSQL prints it: no exponent, and not a
+/// negative zero. JSON has no other leading zeros, so that is the common case.
+fn printed_as_is(text: &str) -> bool {
+    let negative_zero =
+        text.starts_with('-') && text.bytes().all(|b| matches!(b, b'-' | b'0' | b'.'));
+    !(text.contains(['e', 'E']) || negative_zero)
+}
+
+/// A number as PostgreSQL prints it (`1e3` -> `1000`, `1.0E+2` -> `100`, `-0.0` -> `0.0`).
+/// SQLite keeps the text we give it; giving it this text makes both backends hold and
+/// return the same JSON, and the size checked the size stored.
+pub fn plain_decimal(text: &str) -> std::borrow::Cow<'_, str> {
+    if printed_as_is(text) {
+        return text.into();
+    }
+    let mut out = Vec::new();
+    Decimal::parse(text).write(&mut out);
+    String::from_utf8_lossy(&out).into_owned().into()
+}
+
+/// A state as canonical JSON (keys in order, no whitespace, numbers as PostgreSQL
+/// prints them), refused when NUL is in it, a number is out of `numeric`'s range, or
+/// the text written out would be longer than `max_bytes`: one signed `1e131071` is
+/// 131,072 bytes once written, and a few thousand of them would expand a small
+/// delivery into what no feed read can carry.
+pub fn canonical_state(v: &Value, max_bytes: usize) -> Result<String, String> {
+    check_state(v)?;
+    let mut out = Vec::with_capacity(256);
+    write_canonical(v, &mut out, i64::try_from(max_bytes).unwrap_or(i64::MAX))?;
+    // Only JSON text was written: the escaped strings and ASCII around them.
+    String::from_utf8(out).map_err(|e| format!("not UTF-8 once written: {e}"))
+}
+
+fn write_canonical(v: &Value, out: &mut Vec<u8>, max: i64) -> Result<(), String> {
+    let too_large = |at_least: i64| {
+        format!(
+            "written out it is more than {max} bytes (at least {at_least}; numbers count as PostgreSQL prints them), over http.max_body"
+        )
+    };
+    match v {
+        Value::Number(n) => {
+            let text = n.as_str();
+            if printed_as_is(text) {
+                out.extend_from_slice(text.as_bytes());
+            } else {
+                let d = Decimal::parse(text);
+                let needed = out.len() as i64 + d.written_len();
+                if needed > max {
+                    return Err(too_large(needed));
+                }
+                d.write(out);
+            }
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out, max)?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, k).map_err(|e| e.to_string())?;
+                out.push(b':');
+                write_canonical(item, out, max)?;
+            }
+            out.push(b'}');
+        }
+        other => serde_json::to_writer(&mut *out, other).map_err(|e| e.to_string())?,
+    }
+    if out.len() as i64 > max {
+        return Err(too_large(out.len() as i64));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_are_written_as_postgresql_prints_them() {
+        // Each pair checked against PostgreSQL 15: `SELECT '[..]'::jsonb`.
+        for (given, printed) in [
+            ("-0", "0"),
+            ("-0.0", "0.0"),
+            ("-0.00", "0.00"),
+            ("1.0E+2", "100"),
+            ("1.23e1", "12.3"),
+            ("12e-1", "1.2"),
+            ("0.000e5", "0"),
+            ("1.50", "1.50"),
+            ("-1.5e-3", "-0.0015"),
+            ("1E0", "1"),
+            ("0e-2", "0.00"),
+            ("100e-2", "1.00"),
+            ("-12.340e1", "-123.40"),
+            ("1e2", "100"),
+            ("42", "42"),
+            ("-7.25", "-7.25"),
+        ] {
+            assert_eq!(plain_decimal(given), printed, "{given}");
+            assert_eq!(
+                Decimal::parse(given).written_len(),
+                printed.len() as i64,
+                "{given}"
+            );
+        }
+        assert_eq!(Decimal::parse("1e131071").written_len(), 131_072);
+    }
+
+    #[test]
+    fn a_state_is_judged_written_out() {
+        let bomb: Value =
+            serde_json::from_str(&format!("[{}]", vec!["1e131071"; 1000].join(","))).unwrap();
+        let err = canonical_state(&bomb, 1 << 20).unwrap_err();
+        assert!(err.contains("http.max_body"), "{err}");
+        let ok: Value = serde_json::from_str(r#"{"b":1e3,"a":[-0.0,"x"]}"#).unwrap();
+        assert_eq!(
+            canonical_state(&ok, 100).unwrap(),
+            r#"{"a":[0.0,"x"],"b":1000}"#
+        );
+        assert!(canonical_state(&ok, 10).is_err());
+    }
 
     #[test]
     fn numbers_are_refused_exactly_where_postgresql_refuses_them() {

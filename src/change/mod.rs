@@ -295,14 +295,13 @@ pub fn read_version(
 /// text on every backend.
 /// NUL characters are refused: PostgreSQL can store them neither in TEXT nor in JSONB,
 /// and a state must mean the same on both backends.
-pub fn read_state(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
+pub fn read_state(doc: &Value, pointer: &str, max_bytes: usize) -> Result<String, ExtractError> {
     let v = lookup(doc, "state", pointer)?;
-    limits::check_state(v).map_err(|reason| ExtractError::Invalid {
+    limits::canonical_state(v, max_bytes).map_err(|reason| ExtractError::Invalid {
         what: "state",
         pointer: pointer.into(),
         reason,
-    })?;
-    Ok(canonical_json(v))
+    })
 }
 
 /// The digest of a state's canonical text that `resources.state_digest` holds: the first
@@ -323,6 +322,11 @@ pub fn canonical_json(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
 }
 
+/// Microseconds since the epoch as RFC 3339 text, for messages.
+fn micros_text(micros: i64) -> String {
+    DateTime::from_timestamp_micros(micros).map_or_else(|| micros.to_string(), |t| t.to_rfc3339())
+}
+
 /// Reads a [`Change`] out of `doc` with the given pointers.
 pub struct Pointers<'a> {
     pub id: &'a str,
@@ -330,6 +334,10 @@ pub struct Pointers<'a> {
     pub state: Option<&'a str>,
     pub version_format: VersionFormat,
     pub action: Action,
+    /// Longest state accepted, written out.
+    pub max_state_bytes: usize,
+    /// The latest version accepted (timestamp versions: now + `max_version_ahead`).
+    pub latest_version: Option<i64>,
 }
 
 impl Pointers<'_> {
@@ -339,10 +347,28 @@ impl Pointers<'_> {
             kind: kind.to_string(),
             id: read_id(doc, self.id)?,
             version: match self.version {
-                Some(p) => read_version(doc, p, self.version_format)?,
+                Some(p) => {
+                    let v = read_version(doc, p, self.version_format)?;
+                    if let Some(latest) = self.latest_version.filter(|l| v > *l) {
+                        return Err(ExtractError::Invalid {
+                            what: "version",
+                            pointer: p.into(),
+                            reason: format!(
+                                "{} is later than {} (now + the source's max_version_ahead); a row pinned in the future could never be updated again. \
+                                 If the sender's clock is right, raise sources.NAME.max_version_ahead",
+                                micros_text(v),
+                                micros_text(latest)
+                            ),
+                        });
+                    }
+                    v
+                }
                 None => 0,
             },
-            state: self.state.map(|p| read_state(doc, p)).transpose()?,
+            state: self
+                .state
+                .map(|p| read_state(doc, p, self.max_state_bytes))
+                .transpose()?,
             action: self.action,
         })
     }
@@ -407,7 +433,10 @@ mod tests {
     fn state_text_is_canonical_whatever_the_key_order() {
         let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":1}}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{ "a": {"x":1, "y":2}, "b": 1 }"#).unwrap();
-        assert_eq!(read_state(&a, "").unwrap(), read_state(&b, "").unwrap());
+        assert_eq!(
+            read_state(&a, "", usize::MAX).unwrap(),
+            read_state(&b, "", usize::MAX).unwrap()
+        );
     }
 
     #[test]
@@ -416,8 +445,8 @@ mod tests {
             serde_json::from_str(r#"{"id":"a\u0000b","s":{"k":["x\u0000"]},"t":{"k\u0000":1}}"#)
                 .unwrap();
         assert!(read_id(&doc, "/id").is_err());
-        assert!(read_state(&doc, "/s").is_err());
-        assert!(read_state(&doc, "/t").is_err());
+        assert!(read_state(&doc, "/s", usize::MAX).is_err());
+        assert!(read_state(&doc, "/t", usize::MAX).is_err());
     }
 
     #[test]
@@ -425,7 +454,7 @@ mod tests {
         let a: Value =
             serde_json::from_str(r#"{"amount":123456789012345678901234567890.10}"#).unwrap();
         assert_eq!(
-            read_state(&a, "").unwrap(),
+            read_state(&a, "", usize::MAX).unwrap(),
             r#"{"amount":123456789012345678901234567890.10}"#
         );
     }

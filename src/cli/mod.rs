@@ -383,7 +383,10 @@ async fn changes(
     tokio::pin!(stop);
     loop {
         let asked = left.min(crate::feed::MAX_PAGE);
-        let page = feed.after(position, asked, &filter).await?;
+        let crate::feed::FeedPage {
+            changes: page,
+            more,
+        } = feed.page(position, asked, &filter).await?;
         let mut out = std::io::stdout().lock();
         for c in &page {
             writeln!(out, "{}", serde_json::to_string(c)?)?;
@@ -395,7 +398,7 @@ async fn changes(
             position = last.seq;
         }
         // Done: the limit is reached, or (without --follow) the feed's end.
-        if left <= 0 || (!follow && (page.len() as i64) < asked) {
+        if left <= 0 || (!follow && !more) {
             return Ok(());
         }
         if page.is_empty() {

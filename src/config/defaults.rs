@@ -15,6 +15,9 @@ pub const MIGRATE: bool = true;
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5 * SECOND);
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10 * SECOND);
 
+/// A timestamp version may be at most this far ahead of our clock.
+pub const MAX_VERSION_AHEAD: Duration = Duration::from_secs(DAY);
+
 // [http]
 pub const LISTEN: &str = "127.0.0.1:8080";
 pub const MAX_BODY: &str = "1MiB";

@@ -128,6 +128,8 @@ pub struct RawSource {
     pub preset: Option<Preset>,
     pub retry_window: Option<String>,
     pub retention: Option<String>,
+    /// Timestamp versions later than now + this are refused.
+    pub max_version_ahead: Option<String>,
     pub requests_per_second: Option<f64>,
     pub api_base: Option<String>,
     pub api_token: Option<RawSecret>,

@@ -369,6 +369,17 @@ pub struct EventMapping {
     pub action: Action,
 }
 
+/// The latest version accepted at `now_micros` for versions in `format`, `ahead` of now:
+/// only timestamps are bounded.
+pub fn latest_version(format: VersionFormat, ahead: Duration, now_micros: i64) -> Option<i64> {
+    match format {
+        VersionFormat::Integer => None,
+        VersionFormat::Rfc3339 | VersionFormat::Unix => {
+            Some(now_micros.saturating_add(i64::try_from(ahead.as_micros()).unwrap_or(i64::MAX)))
+        }
+    }
+}
+
 /// What a listing lists, and so how the sweep handles its pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listing {
@@ -384,6 +395,10 @@ pub enum Listing {
 pub struct KindConfig {
     pub name: String,
     pub listing: Listing,
+    /// Longest state accepted, written out (`http.max_body`).
+    pub max_state_bytes: usize,
+    /// The source's `max_version_ahead`, for timestamp versions.
+    pub max_version_ahead: Duration,
     pub list: Option<String>,
     pub pagination: Pagination,
     pub items: String,
@@ -412,6 +427,12 @@ pub struct KindConfig {
 }
 
 impl KindConfig {
+    /// The latest version accepted at `now` (microseconds since the epoch): only
+    /// timestamp versions are bounded.
+    pub fn latest_version(&self, now_micros: i64) -> Option<i64> {
+        latest_version(self.version_format, self.max_version_ahead, now_micros)
+    }
+
     /// A kind without a version field is insert-once: webhooks never overwrite it.
     pub fn versioned(&self) -> bool {
         self.version.is_some()
@@ -431,6 +452,9 @@ pub struct SourceConfig {
     pub retry_window: Duration,
     /// How long processed event ids are kept: 2 × retry_window unless overridden.
     pub retention: Duration,
+    /// A timestamp version later than now + this is refused: a row pinned in the far
+    /// future could never be updated again.
+    pub max_version_ahead: Duration,
     pub requests_per_second: f64,
     pub api_base: Option<String>,
     pub api_token: Option<SecretString>,

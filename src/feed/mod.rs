@@ -74,6 +74,14 @@ impl TryFrom<ChangeRow> for FeedChange {
     }
 }
 
+/// A read of the feed.
+#[derive(Debug, Clone, Default)]
+pub struct FeedPage {
+    pub changes: Vec<FeedChange>,
+    /// More changes wait after this page (the read stopped at its row or byte bound).
+    pub more: bool,
+}
+
 /// Which changes a reader wants.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -92,6 +100,9 @@ impl From<&ConsumerConfig> for Filter {
 
 /// Most changes one read returns.
 pub const MAX_PAGE: i64 = 1000;
+/// Most bytes of states one read returns, past its first change: a read of many large
+/// states would hold them all in memory at once (and a push batch, all of them).
+pub const MAX_READ_BYTES: i64 = 4 << 20;
 
 /// Reads the feed. Cheap to clone.
 #[derive(Clone)]
@@ -104,19 +115,41 @@ impl Feed {
         Self { db }
     }
 
-    /// Changes with seq > `after`, oldest first, at most `limit` (capped at [`MAX_PAGE`]).
+    /// Changes with seq > `after`, oldest first, at most `limit` (capped at [`MAX_PAGE`])
+    /// and about [`MAX_READ_BYTES`] of states (at least one change).
     pub async fn after(
         &self,
         after: i64,
         limit: i64,
         filter: &Filter,
     ) -> Result<Vec<FeedChange>, DbError> {
+        Ok(self.page(after, limit, filter).await?.changes)
+    }
+
+    /// [`Self::after`], saying whether more changes wait after the page: a page may be
+    /// short because the feed ends there, or because its byte budget cut it.
+    pub async fn page(&self, after: i64, limit: i64, filter: &Filter) -> Result<FeedPage, DbError> {
         let (filter, limit) = (filter.clone(), limit.clamp(1, MAX_PAGE));
         let rows = self
             .db
-            .read(move |c| sql::changes_after(c, after, limit, &filter.sources, &filter.kinds))
+            .read(move |c| {
+                sql::changes_after(
+                    c,
+                    after,
+                    limit,
+                    MAX_READ_BYTES,
+                    &filter.sources,
+                    &filter.kinds,
+                )
+            })
             .await?;
-        rows.into_iter().map(FeedChange::try_from).collect()
+        let listed = rows.first().map_or(0, |r| r.listed);
+        let more = listed >= limit || (rows.len() as i64) < listed;
+        let changes = rows
+            .into_iter()
+            .map(FeedChange::try_from)
+            .collect::<Result<_, _>>()?;
+        Ok(FeedPage { changes, more })
     }
 
     /// The highest seq committed so far (every lower one is committed too).

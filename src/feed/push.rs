@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::{Feed, FeedChange, Filter};
+use super::{Feed, FeedChange, FeedPage, Filter};
 use crate::bookkeeping::{Bookkeeping, Lease, LeaseLost};
 use crate::change::Key;
 use crate::config::{ConsumerConfig, OnFailure};
@@ -143,8 +143,11 @@ impl Pusher {
             // the filtered read below has everything after `position`, the position may
             // move up to it, past changes this consumer does not want.
             let committed = self.feed.last_seq().await?;
-            let batch = self.feed.after(position, BATCH, &filter).await?;
-            let complete = (batch.len() as i64) < BATCH;
+            let FeedPage {
+                changes: batch,
+                more,
+            } = self.feed.page(position, BATCH, &filter).await?;
+            let complete = !more;
             let last = match (batch.last().map(|c| c.seq), complete) {
                 (Some(seq), false) => seq,
                 (Some(seq), true) => seq.max(committed),

@@ -126,6 +126,9 @@ pub struct ChangeRow {
     pub event_id: Option<String>,
     #[diesel(sql_type = Text)]
     pub changed_at: String,
+    /// How many rows the read found before its byte budget cut it.
+    #[diesel(sql_type = BigInt)]
+    pub listed: i64,
 }
 
 /// `AND source IN (..) AND kind IN (..)` for non-empty filters, placeholders from `first`.
@@ -146,22 +149,35 @@ fn filters(sources: &[String], kinds: &[String], first: usize) -> String {
     sql
 }
 
-/// Changes with seq > `after`, oldest first, at most `limit`, of the given sources and
-/// kinds (empty: all).
+/// Changes with seq > `after`, oldest first, at most `limit` and at most `max_bytes` of
+/// states (the first change always, whatever its size), of the given sources and kinds
+/// (empty: all).
 pub(crate) fn changes_after(
     conn: &mut Conn,
     after: i64,
     limit: i64,
+    max_bytes: i64,
     sources: &[String],
     kinds: &[String],
 ) -> diesel::QueryResult<Vec<ChangeRow>> {
     let b = conn.backend();
     let state = crate::db::sql::state_text(b);
+    let bytes = match b {
+        Backend::Postgres => "COALESCE(octet_length(state::text), 0)",
+        Backend::Sqlite => "COALESCE(length(CAST(state AS BLOB)), 0)",
+    };
+    let budget = 3 + sources.len() + kinds.len();
+    // The states' running total decides where the read stops: a row is read while the
+    // rows before it are under the budget, so one change of any accepted size still
+    // goes through alone, and a read never carries much more than the budget.
     let q = query(
         b,
         &format!(
-            "SELECT seq, source, kind, id, version, deleted, {state}, origin, event_id, {} AS changed_at \
-             FROM changes WHERE seq > $1{} ORDER BY seq LIMIT $2",
+            "SELECT seq, source, kind, id, version, deleted, {state}, origin, event_id, {} AS changed_at, listed \
+             FROM (SELECT c.*, SUM({bytes}) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - {bytes} AS before, \
+                   COUNT(*) OVER () AS listed \
+                   FROM (SELECT * FROM changes WHERE seq > $1{} ORDER BY seq LIMIT $2) c) t \
+             WHERE before < ${budget} ORDER BY seq",
             ts_text(b, "changed_at"),
             filters(sources, kinds, 3)
         ),
@@ -171,7 +187,7 @@ pub(crate) fn changes_after(
         for s in sources.iter().chain(kinds) {
             q = q.bind::<Text, _>(s.as_str());
         }
-        q.load(c)
+        q.bind::<BigInt, _>(max_bytes).load(c)
     })
 }
 

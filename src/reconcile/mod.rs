@@ -292,13 +292,15 @@ impl Reconciler {
     }
 }
 
-/// How a list item of `kind` reads as a change.
-fn item_pointers(kind: &KindConfig) -> Pointers<'_> {
+/// How a list item of `kind` reads as a change at `now_micros`.
+fn item_pointers(kind: &KindConfig, now_micros: i64) -> Pointers<'_> {
     Pointers {
         id: &kind.id,
         version: kind.version.as_deref(),
         state: Some(&kind.state),
         version_format: kind.version_format,
         action: Action::Upsert,
+        max_state_bytes: kind.max_state_bytes,
+        latest_version: kind.latest_version(now_micros),
     }
 }

@@ -37,7 +37,7 @@ impl Reconciler {
             let Some(fetched) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
                 return Ok(false);
             };
-            let mut change = item_pointers(k)
+            let mut change = item_pointers(k, chrono::Utc::now().timestamp_micros())
                 .read(&fetched.item, &s.name, &k.name)
                 .map_err(|e| format!("GET {id}: {e}"))?;
             if let Some(date) = fetched.date {

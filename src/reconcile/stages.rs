@@ -86,7 +86,7 @@ fn read_items(
     items: Vec<Box<serde_json::value::RawValue>>,
     date: Option<i64>,
 ) -> Vec<ReadItem> {
-    let pointers = item_pointers(kind);
+    let pointers = item_pointers(kind, chrono::Utc::now().timestamp_micros());
     items
         .into_iter()
         .enumerate()

@@ -100,17 +100,30 @@ pub struct KindMapping {
     pub kind: String,
     pub mapping: EventMapping,
     pub version_format: VersionFormat,
+    pub max_state_bytes: usize,
+    pub max_version_ahead: std::time::Duration,
 }
 
 impl KindMapping {
-    /// The change this event describes, or why it cannot be read (422).
-    pub fn change(&self, source: &str, env: &Envelope) -> Result<Change, ExtractError> {
+    /// The change this event describes at `now_micros`, or why it cannot be read (422).
+    pub fn change(
+        &self,
+        source: &str,
+        env: &Envelope,
+        now_micros: i64,
+    ) -> Result<Change, ExtractError> {
         Pointers {
             id: &self.mapping.id,
             version: self.mapping.version.as_deref(),
             state: self.mapping.state.as_deref(),
             version_format: self.version_format,
             action: self.mapping.action,
+            max_state_bytes: self.max_state_bytes,
+            latest_version: crate::config::latest_version(
+                self.version_format,
+                self.max_version_ahead,
+                now_micros,
+            ),
         }
         .read(&env.doc, source, &self.kind)
     }

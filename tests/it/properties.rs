@@ -111,7 +111,7 @@ proptest! {
             let _ = read_version(&doc, "/v", f);
         }
         let _ = read_id(&doc, "/v");
-        let _ = read_state(&doc, "/v");
+        let _ = read_state(&doc, "/v", 1 << 20);
     }
 }
 

@@ -50,6 +50,8 @@ pub(super) fn validate_catchup(
     let listing = KindConfig {
         name: CATCHUP_KIND.to_string(),
         listing: Listing::Events,
+        max_state_bytes: usize::MAX,
+        max_version_ahead: defaults::MAX_VERSION_AHEAD,
         list: Some(raw.list.clone()),
         pagination: raw.pagination.unwrap_or_default(),
         items: paging.items,

@@ -150,6 +150,9 @@ pub(super) fn validate_kind(
     KindConfig {
         name: name.to_string(),
         listing: Listing::Resources,
+        // Set from http.max_body once it is known (validate::validate).
+        max_state_bytes: usize::MAX,
+        max_version_ahead: defaults::MAX_VERSION_AHEAD,
         list: raw.list.clone(),
         pagination,
         items: paging.items,

@@ -272,6 +272,18 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             sources.push(s);
         }
     }
+    // A state is refused past http.max_body written out, from webhooks and listings
+    // alike (SPEC "Input limits").
+    for s in &mut sources {
+        for k in s
+            .kinds
+            .iter_mut()
+            .chain(s.catchup.as_mut().map(|c| &mut c.listing))
+        {
+            k.max_state_bytes = max_body;
+            k.max_version_ahead = s.max_version_ahead;
+        }
+    }
 
     let mut consumers = Vec::new();
     for (name, raw) in &raw.consumers {

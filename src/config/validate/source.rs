@@ -46,6 +46,11 @@ pub(super) fn validate_source(
         },
         None => retry_window * defaults::RETENTION_RETRY_WINDOWS,
     };
+    let max_version_ahead = c.opt_duration(
+        &key("max_version_ahead"),
+        raw.max_version_ahead.as_deref(),
+        defaults::MAX_VERSION_AHEAD,
+    );
     let requests_per_second = raw
         .requests_per_second
         .unwrap_or(defaults::REQUESTS_PER_SECOND);
@@ -153,6 +158,7 @@ pub(super) fn validate_source(
         name: name.to_string(),
         retry_window,
         retention,
+        max_version_ahead,
         requests_per_second,
         api_base: raw.api_base.clone(),
         api_token,

@@ -1,6 +1,7 @@
 //! The one place where results become HTTP statuses (SPEC's HTTP table), and where each
 //! delivery is logged once.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -30,6 +31,43 @@ pub fn unavailable(message: impl Into<String>) -> Response {
     r
 }
 
+/// How often one kind of rejection of one source is logged.
+const REJECTION_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Rejections of each (source, reason) since that pair's last log line, and when it was:
+/// an anonymous client sending 24,000 unsigned requests a second must not write 24,000
+/// lines (journald's rate limit would then drop the real errors). Bounded: sources come
+/// from the configuration, reasons are ours.
+static REJECTIONS: std::sync::LazyLock<std::sync::Mutex<HashMap<RejectionKey, LastLine>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A source and a reason of rejection.
+type RejectionKey = (String, &'static str);
+/// When the last line was logged, and how many were not logged since.
+type LastLine = (std::time::Instant, u64);
+
+/// Whether to log this rejection now: `Some(n)` with the `n` rejections not logged
+/// since the last line, at most once a second per source and reason.
+fn log_rejection(source: &str, reason: &'static str) -> Option<u64> {
+    let mut seen = REJECTIONS.lock().unwrap_or_else(|p| p.into_inner());
+    let now = std::time::Instant::now();
+    match seen.get_mut(&(source.to_string(), reason)) {
+        Some((last, quiet)) if now.duration_since(*last) < REJECTION_LOG_EVERY => {
+            *quiet += 1;
+            None
+        }
+        Some((last, quiet)) => {
+            let n = *quiet;
+            (*last, *quiet) = (now, 0);
+            Some(n)
+        }
+        None => {
+            seen.insert((source.to_string(), reason), (now, 0));
+            Some(0)
+        }
+    }
+}
+
 fn count(source: &str, result: &'static str, took: Option<Duration>) {
     crate::observability::count_delivery();
     metrics::counter!("webhook_deliveries_total", "source" => source.to_string(), "result" => result).increment(1);
@@ -53,11 +91,14 @@ pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
 
 pub fn too_slow(source: &str, body_timeout: Duration) -> Response {
     count(source, "too_slow", None);
-    tracing::warn!(
-        source,
-        ?body_timeout,
-        "delivery refused: body not complete within http.body_timeout"
-    );
+    if let Some(not_logged) = log_rejection(source, "too_slow") {
+        tracing::warn!(
+            source,
+            ?body_timeout,
+            not_logged,
+            "delivery refused: body not complete within http.body_timeout"
+        );
+    }
     error_reply(
         StatusCode::REQUEST_TIMEOUT,
         format!("the body did not arrive within {body_timeout:?} (http.body_timeout)"),
@@ -66,11 +107,14 @@ pub fn too_slow(source: &str, body_timeout: Duration) -> Response {
 
 pub fn too_large(source: &str, max_body: usize) -> Response {
     count(source, "too_large", None);
-    tracing::warn!(
-        source,
-        max_body,
-        "delivery refused: body over http.max_body"
-    );
+    if let Some(not_logged) = log_rejection(source, "too_large") {
+        tracing::warn!(
+            source,
+            max_body,
+            not_logged,
+            "delivery refused: body over http.max_body"
+        );
+    }
     error_reply(
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("body is larger than {max_body} bytes (http.max_body)"),
@@ -107,11 +151,15 @@ pub fn delivery(
             json_reply(StatusCode::OK, json!({"outcome": outcome}))
         }
         Err(Rejection::Unauthorized(e)) => {
-            tracing::warn!(source, error = %e, "delivery refused: not authentic");
+            if let Some(not_logged) = log_rejection(source, "unauthorized") {
+                tracing::warn!(source, error = %e, not_logged, "delivery refused: not authentic (later ones within a second are counted, not logged)");
+            }
             error_reply(StatusCode::UNAUTHORIZED, e.to_string())
         }
         Err(Rejection::BadRequest(e)) => {
-            tracing::warn!(source, error = %e, "delivery refused: not an event envelope");
+            if let Some(not_logged) = log_rejection(source, "bad_request") {
+                tracing::warn!(source, error = %e, not_logged, "delivery refused: not an event envelope (later ones within a second are counted, not logged)");
+            }
             error_reply(StatusCode::BAD_REQUEST, e.to_string())
         }
         Err(e @ Rejection::Unprocessable { .. }) => {

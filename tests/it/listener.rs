@@ -237,3 +237,89 @@ async fn http2_is_off_unless_configured() {
     let app = sqlite_app_with_http("", "http2 = true").await;
     assert!(answers_http2(&app).await, "http2 = true serves h2c");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_thousand_unsigned_requests_are_each_counted_and_logged_at_most_once_a_second() {
+    use crate::helpers::process::{bin, free_port, write_migrated_config};
+    let db = crate::helpers::TestDb::new(crate::helpers::Backend::Sqlite);
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let text = crate::helpers::config_toml(&db.url, "").replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"127.0.0.1:{port}\""),
+    );
+    let config = write_migrated_config(dir.path(), &text);
+    let log = dir.path().join("serve.log");
+    let mut child = bin()
+        .env("RUST_LOG", "info")
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let up = eventually(Duration::from_secs(20), || async {
+        client.get(format!("{base}/healthz")).send().await.is_ok()
+    })
+    .await;
+    assert!(up, "serve did not come up");
+    let started = Instant::now();
+    let sent = futures_unordered_count(&client, &format!("{base}/webhooks/shop"), 3000).await;
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(sent, 3000, "every unsigned request answered 401");
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counted = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("webhook_deliveries_total")
+                && l.contains("result=\"unauthorized\"")
+                && l.contains("source=\"shop\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(counted, Some(3000.0), "{metrics}");
+    crate::helpers::process::signal(child.id(), "TERM");
+    child.wait().unwrap();
+    let lines = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("not authentic"))
+        .count();
+    let bound = seconds.ceil() as usize + 1;
+    assert!(
+        (1..=bound).contains(&lines),
+        "{lines} log lines for 3,000 rejections in {seconds:.1}s (at most one a second)"
+    );
+}
+
+/// POSTs an unsigned body `n` times (a multiple of 30), 30 at a time; returns how many
+/// got 401.
+async fn futures_unordered_count(client: &reqwest::Client, url: &str, n: usize) -> usize {
+    let mut tasks = tokio::task::JoinSet::new();
+    let per = n / 30;
+    for _ in 0..30 {
+        let (client, url) = (client.clone(), url.to_string());
+        tasks.spawn(async move {
+            let mut ok = 0;
+            for _ in 0..per {
+                let r = client.post(&url).body("{}").send().await.unwrap();
+                ok += usize::from(r.status() == 401);
+            }
+            ok
+        });
+    }
+    let mut total = 0;
+    while let Some(t) = tasks.join_next().await {
+        total += t.unwrap();
+    }
+    total
+}

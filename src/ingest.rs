@@ -62,6 +62,7 @@ impl Ingest {
                         version_format: kind.version_format,
                         max_state_bytes: kind.max_state_bytes,
                         max_version_ahead: kind.max_version_ahead,
+                        match_prefixes: kind.match_prefixes.clone(),
                     },
                 );
             }
@@ -79,8 +80,14 @@ impl Ingest {
     }
 
     /// Applies one authentic event: mapping, claim, guarded write; an event that
-    /// cannot be read or stored is kept as a dead letter. `body` is what is kept.
-    pub async fn event(&self, env: Envelope, body: &[u8]) -> Result<Ingested, Refusal> {
+    /// cannot be read or stored is kept as a dead letter. `body` is what is kept;
+    /// `body_digest`, when the sender signs only the body, is claimed with the id.
+    pub async fn event(
+        &self,
+        env: Envelope,
+        body: &[u8],
+        body_digest: Option<String>,
+    ) -> Result<Ingested, Refusal> {
         let change = match self.mapping(&env) {
             None => None,
             Some(m) => match m.change(&self.source, &env, chrono::Utc::now().timestamp_micros()) {
@@ -96,6 +103,7 @@ impl Ingest {
                 event_id: env.id.clone(),
                 event_type: env.event_type.clone(),
                 change,
+                body_digest,
             })
             .await;
         match applied {

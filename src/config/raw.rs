@@ -247,6 +247,10 @@ pub struct RawKind {
     #[serde(default)]
     pub detect_deletes: bool,
     pub incremental: Option<RawIncremental>,
+    /// Pointers a webhook body must match (pointer -> prefix of its string value): the
+    /// body confirms the kind that an unsigned header named.
+    #[serde(default, rename = "match")]
+    pub match_prefixes: BTreeMap<String, String>,
     #[serde(default)]
     pub events: BTreeMap<String, RawEvent>,
 }

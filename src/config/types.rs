@@ -424,6 +424,8 @@ pub struct KindConfig {
     pub incremental: Option<IncrementalConfig>,
     /// Event type -> mapping.
     pub events: BTreeMap<String, EventMapping>,
+    /// `match`: (pointer, prefix) pairs a webhook body of this kind must match.
+    pub match_prefixes: Vec<(String, String)>,
 }
 
 impl KindConfig {

@@ -94,7 +94,7 @@ impl Reconciler {
             let ingest = ingest.clone();
             events.spawn(async move {
                 let id = env.id.clone();
-                (index, id, ingest.event(env, body.as_bytes()).await)
+                (index, id, ingest.event(env, body.as_bytes(), None).await)
             });
         }
         let mut conflicts = Vec::new();

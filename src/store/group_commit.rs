@@ -178,6 +178,7 @@ mod tests {
         let (reply, _) = oneshot::channel();
         Job {
             delivery: Delivery {
+                body_digest: None,
                 source: "s".into(),
                 event_id: event_id.into(),
                 event_type: "t".into(),

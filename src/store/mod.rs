@@ -34,6 +34,9 @@ pub struct Delivery {
     pub event_type: String,
     /// `None` when the event type is not mapped: the event is claimed as `ignored`.
     pub change: Option<Change>,
+    /// The signed body's SHA-256 (hex) for schemes that sign only the body (github,
+    /// shopify): the claim covers it too, so a replay under a fresh id is a duplicate.
+    pub body_digest: Option<String>,
 }
 
 impl Delivery {
@@ -273,6 +276,7 @@ fn apply_deliveries(
             } else {
                 Outcome::Ignored
             },
+            body_digest: d.body_digest.as_deref(),
         })
         .collect();
     let taken = sql::claim_many(conn, &claims)?;

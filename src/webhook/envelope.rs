@@ -102,6 +102,8 @@ pub struct KindMapping {
     pub version_format: VersionFormat,
     pub max_state_bytes: usize,
     pub max_version_ahead: std::time::Duration,
+    /// (pointer, prefix) pairs the body must match: it confirms the kind.
+    pub match_prefixes: Vec<(String, String)>,
 }
 
 impl KindMapping {
@@ -112,6 +114,23 @@ impl KindMapping {
         env: &Envelope,
         now_micros: i64,
     ) -> Result<Change, ExtractError> {
+        for (pointer, prefix) in &self.match_prefixes {
+            let value = env.doc.pointer(pointer).and_then(Value::as_str);
+            if !value.is_some_and(|v| v.starts_with(prefix.as_str())) {
+                let found = value.map_or_else(
+                    || "absent or not a string".to_string(),
+                    |v| format!("{:?}", v.chars().take(80).collect::<String>()),
+                );
+                return Err(ExtractError::Invalid {
+                    what: "kind",
+                    pointer: pointer.clone(),
+                    reason: format!(
+                        "the body does not confirm the kind {}: expected a string starting with {prefix:?}, found {found}",
+                        self.kind
+                    ),
+                });
+            }
+        }
         Pointers {
             id: &self.mapping.id,
             version: self.mapping.version.as_deref(),

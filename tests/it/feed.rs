@@ -49,6 +49,7 @@ fn order(id: &str, version: i64, status: &str) -> Change {
 async fn deliver(store: &Store, event_id: &str, change: Option<Change>) -> Outcome {
     store
         .apply_event(Delivery {
+            body_digest: None,
             source: "shop".into(),
             event_id: event_id.into(),
             event_type: "order.status_changed".into(),

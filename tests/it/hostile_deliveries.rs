@@ -125,3 +125,104 @@ async fn a_timestamp_version_ten_years_ahead_is_a_422_and_the_next_legitimate_on
     assert_eq!((status, reply["outcome"].as_str()), (200, Some("applied")));
     assert_eq!(app.db.count("resources"), 1);
 }
+
+both_backends!(
+    a_signed_shopify_product_resent_as_an_order_is_a_422_and_writes_no_order,
+    a_github_and_a_shopify_body_replayed_300_times_with_fresh_ids_are_duplicates,
+);
+
+use webhook_reconciler::simulator::providers::{Provider, Webhook};
+
+/// `hook` with its header `name` set to `value`.
+fn with_header(hook: &Webhook, name: &str, value: &str) -> Webhook {
+    let mut forged = hook.clone();
+    forged
+        .headers
+        .retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+    forged.headers.push((name.to_string(), value.to_string()));
+    forged
+}
+
+async fn a_signed_shopify_product_resent_as_an_order_is_a_422_and_writes_no_order(b: Backend) {
+    let (app, _reconciler, sim) = crate::senders::setup(b, "shop", Provider::Shopify, 50).await;
+    let product = sim.change("products", "7", json!({"title": "Mug"}), "products/update");
+    // Captured and resent: same signed body, another topic, a fresh id.
+    let forged = with_header(
+        &with_header(&product, "X-Shopify-Topic", "orders/paid"),
+        "X-Shopify-Webhook-Id",
+        "forged-1",
+    );
+    assert_eq!(
+        crate::senders::post(&app, "/webhooks/shop", &forged).await,
+        422
+    );
+    assert_eq!(
+        app.db.count("resources"),
+        0,
+        "no order row, no customer row"
+    );
+    assert_eq!(
+        app.db.count("changes"),
+        0,
+        "nothing pushed to the application"
+    );
+    assert_eq!(app.db.count("dead_letters"), 1);
+    let reason = &app.db.dead_letter_reasons()[0].1;
+    assert!(reason.contains("gid://shopify/Order/"), "{reason}");
+    // The real delivery still applies.
+    assert_eq!(
+        crate::senders::post(&app, "/webhooks/shop", &product).await,
+        200
+    );
+    assert_eq!(app.db.count("resources WHERE kind = 'product'"), 1);
+}
+
+async fn a_github_and_a_shopify_body_replayed_300_times_with_fresh_ids_are_duplicates(b: Backend) {
+    for (provider, collection, what, id_header) in [
+        (Provider::Github, "issues", "edited", "X-GitHub-Delivery"),
+        (
+            Provider::Shopify,
+            "orders",
+            "orders/updated",
+            "X-Shopify-Webhook-Id",
+        ),
+    ] {
+        let (app, _reconciler, sim) = crate::senders::setup(b, "src", provider, 50).await;
+        let hook = sim.change(collection, "42", json!({"note": "first"}), what);
+        assert_eq!(
+            crate::senders::post(&app, "/webhooks/src", &hook).await,
+            200
+        );
+        let mut replies = Vec::new();
+        for i in 0..300 {
+            let replay = with_header(&hook, id_header, &format!("fresh-{i}"));
+            let r = app
+                .client
+                .post(app.url("/webhooks/src"))
+                .header("Content-Type", "application/json");
+            let r = replay
+                .headers
+                .iter()
+                .fold(r, |r, (k, v)| r.header(k, v))
+                .body(replay.body.clone())
+                .send()
+                .await
+                .unwrap();
+            replies.push((r.status().as_u16(), r.json::<Value>().await.unwrap()));
+        }
+        assert!(
+            replies
+                .iter()
+                .all(|(s, body)| *s == 200 && body["outcome"] == "duplicate"),
+            "{provider:?}: {:?}",
+            replies
+                .iter()
+                .find(|(s, b)| *s != 200 || b["outcome"] != "duplicate")
+        );
+        assert_eq!(
+            app.db.count("processed_events"),
+            1,
+            "{provider:?}: one claim row for one body"
+        );
+    }
+}

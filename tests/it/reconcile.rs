@@ -284,6 +284,7 @@ async fn a_row_newer_locally_is_never_overwritten(b: Backend) {
     let store = Store::new(Db::connect(&Config::from_toml_str(&config).unwrap().database).unwrap());
     store
         .apply_event(webhook_reconciler::store::Delivery {
+            body_digest: None,
             source: "shop".into(),
             event_id: "e9".into(),
             event_type: "order.status_changed".into(),
@@ -394,6 +395,7 @@ async fn a_webhook_racing_a_reconcile_never_regresses_a_version(b: Backend) {
                 let id = format!("o{i:02}");
                 store
                     .apply_event(webhook_reconciler::store::Delivery {
+                        body_digest: None,
                         source: "shop".into(),
                         event_id: format!("e_{id}_{v}"),
                         event_type: "order.status_changed".into(),

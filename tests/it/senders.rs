@@ -66,7 +66,7 @@ page_size = {page_size}
     )
 }
 
-async fn setup(
+pub(crate) async fn setup(
     b: Backend,
     name: &str,
     provider: Provider,
@@ -111,7 +111,7 @@ fn succeeded(report: &KindReport) {
     assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
 }
 
-async fn post(app: &TestApp, path: &str, hook: &Webhook) -> u16 {
+pub(crate) async fn post(app: &TestApp, path: &str, hook: &Webhook) -> u16 {
     let mut req = app
         .client
         .post(app.url(path))

@@ -74,6 +74,7 @@ pub(super) fn validate_catchup(
         // Filled below: the generic sweep filters by it and keeps the watermark.
         incremental: None,
         events: BTreeMap::new(),
+        match_prefixes: Vec::new(),
     };
     let window = c.opt_duration(
         &key("window"),

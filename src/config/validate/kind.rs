@@ -174,6 +174,21 @@ pub(super) fn validate_kind(
         ),
         get: raw.get.clone(),
         get_item: c.pointer(&key("get_item"), raw.get_item.as_deref().unwrap_or("")),
+        match_prefixes: raw
+            .match_prefixes
+            .iter()
+            .filter(|(pointer, _)| {
+                let ok = pointer.starts_with('/');
+                if !ok {
+                    c.fail(
+                        key("match"),
+                        format!("{pointer:?} is not a JSON pointer (they start with '/')"),
+                    );
+                }
+                ok
+            })
+            .map(|(p, prefix)| (p.clone(), prefix.clone()))
+            .collect(),
         allowed_origins: raw
             .allowed_origins
             .iter()

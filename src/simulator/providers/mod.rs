@@ -140,6 +140,16 @@ fn rfc3339(secs: i64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// Shopify's GraphQL type of a REST collection (`orders` -> `Order`), as its
+/// `admin_graphql_api_id` names it.
+fn shopify_type(collection: &str) -> String {
+    let singular = collection.strip_suffix('s').unwrap_or(collection);
+    let mut chars = singular.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
 /// Stripe's singular object name, and the event type prefix, of a collection.
 fn stripe_object(collection: &str) -> &str {
     match collection {
@@ -382,7 +392,7 @@ fn new_object(provider: Provider, collection: &str, id: &str, now: i64) -> Value
             let number: u64 = id.parse().unwrap_or(0);
             json!({
                 "id": number,
-                "admin_graphql_api_id": format!("gid://shopify/{}/{number}", collection),
+                "admin_graphql_api_id": format!("gid://shopify/{}/{number}", shopify_type(collection)),
                 "created_at": rfc3339(now),
                 "updated_at": rfc3339(now),
             })

@@ -1,27 +1,36 @@
 //! `processed_events` (the claim that makes a delivery idempotent) and `dead_letters`.
 
 use diesel::RunQueryDsl;
-use diesel::sql_types::{Array, BigInt, Double, Text};
+use diesel::sql_types::{Array, BigInt, Double, Nullable, Text};
 
 use crate::config::Backend;
 use crate::db::sql::{minus_seconds, now, prepared, query};
 use crate::db::{Conn, on_conn};
 use crate::store::Outcome;
 
-/// The claim statement for `rows` events: `(source, event_id, event_type, outcome)` per
-/// row; returns the `(source, event_id)` pairs this statement claimed.
+/// The claim statement for `rows` events: `(source, event_id, event_type, outcome,
+/// body_digest)` per row; returns the `(source, event_id)` pairs this statement
+/// claimed. No conflict target: an event id claimed before, or (github, shopify) a body
+/// claimed before under another id, is a duplicate alike.
 pub(crate) fn claim_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO processed_events (source, event_id, event_type, outcome) VALUES ",
+        "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest) VALUES ",
     );
     for r in 0..rows {
         if r > 0 {
             sql.push(',');
         }
-        let p = r * 4;
-        sql.push_str(&format!("(${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4));
+        let p = r * 5;
+        sql.push_str(&format!(
+            "(${}, ${}, ${}, ${}, ${})",
+            p + 1,
+            p + 2,
+            p + 3,
+            p + 4,
+            p + 5
+        ));
     }
-    sql.push_str(" ON CONFLICT (source, event_id) DO NOTHING RETURNING source, event_id");
+    sql.push_str(" ON CONFLICT DO NOTHING RETURNING source, event_id");
     sql
 }
 
@@ -31,6 +40,8 @@ pub struct Claim<'a> {
     pub event_id: &'a str,
     pub event_type: &'a str,
     pub outcome: Outcome,
+    /// The signed body's SHA-256 (hex), for schemes that do not sign the id.
+    pub body_digest: Option<&'a str>,
 }
 
 #[derive(diesel::QueryableByName)]
@@ -62,17 +73,19 @@ pub(crate) fn claim_many(
             let ids: Vec<&str> = claims.iter().map(|c| c.event_id).collect();
             let types: Vec<&str> = claims.iter().map(|c| c.event_type).collect();
             let outcomes: Vec<&str> = claims.iter().map(|c| c.outcome.as_str()).collect();
+            let digests: Vec<Option<&str>> = claims.iter().map(|c| c.body_digest).collect();
             prepared(
                 query(
                     Backend::Postgres,
-                    "INSERT INTO processed_events (source, event_id, event_type, outcome) \
-                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
-                     ON CONFLICT (source, event_id) DO NOTHING RETURNING source, event_id",
+                    "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest) \
+                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+                     ON CONFLICT DO NOTHING RETURNING source, event_id",
                 )
                 .bind::<Array<Text>, _>(sources)
                 .bind::<Array<Text>, _>(ids)
                 .bind::<Array<Text>, _>(types)
-                .bind::<Array<Text>, _>(outcomes),
+                .bind::<Array<Text>, _>(outcomes)
+                .bind::<Array<Nullable<Text>>, _>(digests),
             )
             .load(c)?
         }
@@ -83,7 +96,8 @@ pub(crate) fn claim_many(
                     .bind::<Text, _>(cl.source)
                     .bind::<Text, _>(cl.event_id)
                     .bind::<Text, _>(cl.event_type)
-                    .bind::<Text, _>(cl.outcome.as_str());
+                    .bind::<Text, _>(cl.outcome.as_str())
+                    .bind::<Nullable<Text>, _>(cl.body_digest);
             }
             q.load(c)?
         }

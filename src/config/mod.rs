@@ -29,7 +29,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 pub use raw::RawConfig;
 pub use secret::WebhookSecret;
 pub use types::*;
-pub use validate::parse_duration;
+pub use validate::{parse_duration, redact_password as redact_database_url};
 
 /// Environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "WEBHOOK_RECONCILER_CONFIG";

@@ -31,6 +31,9 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RawDatabase {
     pub url: Option<String>,
+    /// PostgreSQL's password as a secret reference, completing `url` (which then
+    /// carries none): the configuration file can stay readable by all.
+    pub password: Option<RawSecret>,
     pub max_connections: Option<u32>,
     pub migrate: Option<bool>,
     /// How long a request waits for a database connection before answering 503.

@@ -302,7 +302,7 @@ fn a_preset_fills_a_source_and_every_key_written_out_wins() {
 preset = "stripe"
 api_token = "sk_test_x"
 [sources.stripe.webhook]
-secrets = ["whsec_x"]
+secrets = ["whsec_0123456789abcdefghij"]
 [sources.stripe.reconcile]
 every = "1h"
 [sources.stripe.kinds.customer]
@@ -361,7 +361,7 @@ fn github_and_shopify_presets_need_the_accounts_api_url() {
         assert!(e.problems[0].message.contains("e.g. api_base"), "{e}");
     }
     let c = Config::from_toml_str(
-        "[sources.x]\npreset = \"shopify\"\napi_base = \"https://s.myshopify.com/admin/api/2024-10\"\n[sources.x.webhook]\nsecrets = [\"s\"]\n",
+        "[sources.x]\npreset = \"shopify\"\napi_base = \"https://s.myshopify.com/admin/api/2024-10\"\n[sources.x.webhook]\nsecrets = [\"shpss_0123456789abcdef\"]\n",
     )
     .unwrap();
     let s = &c.sources[0];
@@ -390,7 +390,7 @@ fn a_listing_without_versions_under_versioned_events_is_warned_about() {
 api_base = "https://api.stripe.com"
 [sources.s.webhook]
 scheme = "stripe"
-secrets = ["whsec_x"]
+secrets = ["whsec_0123456789abcdefghij"]
 [sources.s.kinds.customer]
 list = "/v1/customers"
 get = "/v1/customers"
@@ -426,4 +426,101 @@ state = "/id"
             "sources.s.kinds.c.version_format"
         ]
     );
+}
+
+#[test]
+fn no_password_libpq_accepts_is_ever_printed() {
+    for (url, printed) in [
+        ("postgres://u:PW1_ab?cd@host/db", "postgres://u:***@host/db"),
+        ("postgres://u:p%40ss@host/db", "postgres://u:***@host/db"),
+        ("postgres://u:p/w@host/db", "postgres://u:***@host/db"),
+        (
+            "postgresql://u:pw@h1:5432,h2:5433/db",
+            "postgresql://u:***@h1:5432,h2:5433/db",
+        ),
+        (
+            "postgres://u:pw@[::1]:5432/db",
+            "postgres://u:***@[::1]:5432/db",
+        ),
+        (
+            "postgres://host/db?pass%77ord=secret",
+            "postgres://host/db?pass%77ord=***",
+        ),
+        (
+            "postgres://host/db?password=p@ss",
+            "postgres://host/db?password=***",
+        ),
+        (
+            "postgres://u:x?y@host/db?sslmode=require&PASSWORD=z",
+            "postgres://u:***@host/db?sslmode=require&PASSWORD=***",
+        ),
+        (
+            "postgres://host/db?%20password=s",
+            "postgres://host/db?%20password=***",
+        ),
+    ] {
+        let c = Config::from_toml_str(&format!("[database]\nurl = \"{url}\"")).unwrap();
+        assert_eq!(c.database.redacted_url(), printed, "{url}");
+        let shown = format!("{c:?}{}", c.database.redacted_url());
+        for secret in [
+            "PW1_ab", "p%40ss", "p/w", "secret", "p@ss", "x?y", "=z", "=s",
+        ] {
+            if url.contains(secret) {
+                assert!(!shown.contains(secret), "{url}: {secret} shown");
+            }
+        }
+    }
+}
+
+#[test]
+fn database_password_completes_the_url_and_is_never_shown() {
+    let c = Config::from_toml_str(
+        "[database]\nurl = \"postgres://app@db.internal/app?sslmode=require\"\npassword = \"p@ss w&rd\"",
+    )
+    .unwrap();
+    assert_eq!(
+        c.database.redacted_url(),
+        "postgres://app@db.internal/app?sslmode=require"
+    );
+    assert_eq!(
+        secrecy::ExposeSecret::expose_secret(&c.database.url),
+        "postgres://app@db.internal/app?sslmode=require&password=p%40ss%20w%26rd"
+    );
+    assert!(!format!("{c:?}").contains("p@ss"));
+    has_problem(
+        "[database]\nurl = \"postgres://app:x@db/app\"\npassword = \"y\"",
+        "database.password",
+        "one place",
+    );
+    has_problem(
+        "[database]\nurl = \"sqlite://x.db\"\npassword = \"y\"",
+        "database.password",
+        "PostgreSQL",
+    );
+}
+
+#[test]
+fn check_config_warns_of_no_signature_short_secrets_and_link_local_consumers() {
+    let c = Config::from_toml_str(
+        r#"
+[sources.open.webhook]
+scheme = "none"
+[sources.open]
+insecure_no_signature = true
+[sources.short.webhook]
+secrets = ["tooshort"]
+[consumers.meta]
+url = "http://169.254.169.254/latest"
+secret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3"
+"#,
+    )
+    .unwrap();
+    let keys: Vec<&str> = c.warnings.iter().map(|w| w.key.as_str()).collect();
+    for key in [
+        "sources.open.webhook.scheme",
+        "sources.short.webhook.secrets[0]",
+        "consumers.meta.url",
+    ] {
+        assert!(keys.contains(&key), "no warning at {key}: {:?}", c.warnings);
+    }
 }

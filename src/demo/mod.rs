@@ -150,7 +150,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
             opts.refunds,
             events.len(),
             opts.seed,
-            redact(&database)
+            crate::config::redact_database_url(&database)
         ),
     );
 
@@ -248,7 +248,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
     let _ = server.await;
     Ok(DemoReport {
         seed: opts.seed,
-        database: redact(&database),
+        database: crate::config::redact_database_url(&database),
         orders: opts.orders,
         refunds: opts.refunds,
         deliveries,
@@ -267,16 +267,6 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
 fn say(opts: &DemoOptions, line: &str) {
     if opts.progress {
         eprintln!("{line}");
-    }
-}
-
-fn redact(url: &str) -> String {
-    match url.split_once('@') {
-        Some((head, tail)) if head.contains("://") && head.matches(':').count() > 1 => {
-            let (scheme_user, _) = head.rsplit_once(':').unwrap_or((head, ""));
-            format!("{scheme_user}:***@{tail}")
-        }
-        _ => url.to_string(),
     }
 }
 

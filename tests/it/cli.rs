@@ -326,3 +326,57 @@ fn config_prints_the_preset_merged_under_written_keys_with_secrets_redacted() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("sources.s.preset"));
 }
+
+/// Every form of password libpq accepts in a URL, and `database.password`: never in the
+/// output of `check-config`, `config`, or `serve` failing to connect.
+#[test]
+fn no_database_password_is_printed_by_any_command() {
+    let port = crate::helpers::process::free_port();
+    for (url, extra, secret) in [
+        (
+            format!("postgres://u:PW1_ab?cd@127.0.0.1:{port}/db"),
+            "",
+            "PW1_ab",
+        ),
+        (
+            format!("postgres://u:p%40ssWd9@127.0.0.1:{port}/db"),
+            "",
+            "ssWd9",
+        ),
+        (
+            format!("postgres://u@127.0.0.1:{port}/db?pass%77ord=Zq7secret"),
+            "",
+            "Zq7secret",
+        ),
+        (
+            format!("postgres://u@127.0.0.1:{port}/db"),
+            "password = \"Vx9fromref\"\n",
+            "Vx9fromref",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write_config(
+            dir.path(),
+            &format!(
+                "[database]\nurl = \"{url}\"\n{extra}acquire_timeout = \"1s\"\n[http]\nlisten = \"127.0.0.1:0\"\n[sources.shop.webhook]\nsecrets = [\"0123456789abcdef0123\"]\n"
+            ),
+        );
+        for command in [&["check-config"][..], &["config"], &["serve"], &["status"]] {
+            let out = bin()
+                .arg("--config")
+                .arg(&cfg)
+                .args(command)
+                .output()
+                .unwrap();
+            let shown = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                !shown.contains(secret),
+                "{command:?} printed the password of {url}:\n{shown}"
+            );
+        }
+    }
+}

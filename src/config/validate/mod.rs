@@ -111,8 +111,35 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     if max_connections == 0 {
         c.fail("database.max_connections", "must be at least 1");
     }
+    let mut full_url = url.to_string();
+    if let Some(reference) = &db.password {
+        if backend != Backend::Postgres {
+            c.fail(
+                "database.password",
+                "is for PostgreSQL; SQLite has no password",
+            );
+        } else if redacted != url {
+            c.fail(
+                "database.password",
+                "database.url carries a password already; keep it in one place (remove it from the URL)",
+            );
+        } else {
+            match secret::resolve(reference) {
+                Ok(pw) => {
+                    // libpq reads `password` from the URL's parameters, percent-decoded.
+                    let encoded = percent_encoding::utf8_percent_encode(
+                        &pw,
+                        percent_encoding::NON_ALPHANUMERIC,
+                    );
+                    let sep = if full_url.contains('?') { '&' } else { '?' };
+                    full_url = format!("{full_url}{sep}password={encoded}");
+                }
+                Err(e) => c.fail("database.password", e),
+            }
+        }
+    }
     let database = DatabaseConfig {
-        url: SecretString::from(url.to_string()),
+        url: SecretString::from(full_url),
         backend,
         max_connections: max_connections.max(1),
         migrate: db.migrate.unwrap_or(defaults::MIGRATE),
@@ -290,6 +317,11 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         let key = |k: &str| format!("consumers.{name}.{k}");
         if !(raw.url.starts_with("http://") || raw.url.starts_with("https://")) {
             c.fail(key("url"), format!("{:?} is not an http(s) URL", raw.url));
+        } else if is_link_local(&raw.url) {
+            c.warn(
+                key("url"),
+                "the host is a link-local address (169.254.0.0/16 or fe80::/10), where clouds serve instance metadata and credentials; every change's state would be posted there",
+            );
         }
         let secret = match secret::resolve(&raw.secret)
             .and_then(|v| WebhookSecret::new(&Scheme::StandardWebhooks, v))
@@ -380,36 +412,56 @@ fn database_backend(url: &str) -> Result<(Backend, String), String> {
     }
 }
 
-fn redact_password(url: &str) -> String {
-    // postgres://user:password@host/db?sslpassword=x -> postgres://user:***@host/db?sslpassword=***
-    let (main, query) = match url.split_once('?') {
-        Some((m, q)) => (m, Some(q)),
-        None => (url, None),
+/// The URL with every password libpq could read out of it masked: a password in the
+/// user info, however written (libpq takes `postgres://u:PW?x@host` whole), and the
+/// `password` and `sslpassword` parameters, with their keys percent-decoded
+/// (`pass%77ord`). Masking too much is fine here; printing a secret is not.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
     };
-    let mut out = match main.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((userinfo, host)) => match userinfo.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-                None => main.to_string(),
-            },
-            None => main.to_string(),
-        },
-        None => main.to_string(),
-    };
-    if let Some(query) = query {
-        let pairs: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _))
-                    if ["password", "sslpassword"].contains(&k.to_ascii_lowercase().as_str()) =>
-                {
-                    format!("{k}=***")
-                }
-                _ => pair.to_string(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&pairs.join("&"));
+    // Parameters first, split at every `?` and `&`: a `?` may also sit in a password.
+    let mut params = String::with_capacity(rest.len());
+    let mut at = 0;
+    for segment in rest.split(['?', '&']) {
+        if at > 0 {
+            // The delimiter this segment followed, as written.
+            params.push_str(&rest[at - 1..at]);
+        }
+        at += segment.len() + 1;
+        match segment.split_once('=') {
+            Some((key, _)) if is_password_key(key) => {
+                params.push_str(key);
+                params.push_str("=***");
+            }
+            _ => params.push_str(segment),
+        }
     }
-    out
+    // Then the user info: everything between the first `:` and the last `@`.
+    let masked = match params.rfind('@') {
+        Some(at) => match params[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &params[..colon], &params[at..]),
+            None => params,
+        },
+        None => params,
+    };
+    format!("{scheme}://{masked}")
+}
+
+/// Whether `url`'s host is a link-local IP address.
+fn is_link_local(url: &str) -> bool {
+    let Ok(u) = url::Url::parse(url) else {
+        return false;
+    };
+    match u.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_link_local(),
+        Some(url::Host::Ipv6(ip)) => (ip.segments()[0] & 0xffc0) == 0xfe80,
+        _ => false,
+    }
+}
+
+fn is_password_key(key: &str) -> bool {
+    let decoded = percent_encoding::percent_decode_str(key).decode_utf8_lossy();
+    let k = decoded.trim().to_ascii_lowercase();
+    k == "password" || k == "sslpassword"
 }

@@ -12,6 +12,8 @@ use super::kind::{validate_kind, warn_mappings};
 
 /// The smallest Standard Webhooks key the specification recommends.
 const STDWH_MIN_KEY_BYTES: usize = 24;
+/// Below this an HMAC secret can be guessed offline from one captured delivery.
+const MIN_HMAC_SECRET_BYTES: usize = 16;
 use crate::config::raw::RawSource;
 use crate::config::types::*;
 use crate::config::{WebhookSecret, defaults, secret};
@@ -231,6 +233,11 @@ fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConf
                     "\"none\" accepts unsigned deliveries from anyone; set sources.{name}.insecure_no_signature = true if that is really wanted"
                 ),
             );
+        } else {
+            c.warn(
+                key("scheme"),
+                "signature verification is OFF: anyone who can reach the webhook path can write to this source",
+            );
         }
     } else if w.secrets.is_empty() {
         c.fail(
@@ -243,6 +250,19 @@ fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConf
         let key = format!("sources.{name}.webhook.secrets[{i}]");
         match secret::resolve(s).and_then(|v| WebhookSecret::new(&scheme, v)) {
             Ok(s) => {
+                let hmac_scheme = matches!(
+                    scheme,
+                    Scheme::HmacSha256 { .. } | Scheme::Stripe | Scheme::Github | Scheme::Shopify
+                );
+                if hmac_scheme && s.expose().len() < MIN_HMAC_SECRET_BYTES {
+                    c.warn(
+                        &key,
+                        format!(
+                            "the secret is {} bytes; one under {MIN_HMAC_SECRET_BYTES} bytes can be guessed offline from one captured delivery. Use a long random secret (openssl rand -hex 32)",
+                            s.expose().len()
+                        ),
+                    );
+                }
                 if scheme == Scheme::StandardWebhooks && s.expose().len() < STDWH_MIN_KEY_BYTES {
                     c.warn(
                         &key,

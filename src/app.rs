@@ -34,6 +34,8 @@ const CONFLICT_QUEUE: usize = 1024;
 pub struct Application {
     listener: TcpListener,
     router: crate::http::Routes,
+    /// The operators' listener and its routes, when `http.admin_listen` is set.
+    admin: Option<(crate::http::AdminListener, crate::http::Routes)>,
     db: Db,
     reconciler: Reconciler,
     conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
@@ -84,12 +86,21 @@ impl Application {
         let config = Arc::new(config);
         crate::observability::install();
         let book = Bookkeeping::new(db.clone());
-        let router = router(HttpState {
+        let routers = router(HttpState {
             receivers,
             db: db.clone(),
             book: book.clone(),
             config: config.clone(),
         });
+        let admin = match (&config.http.admin_listen, routers.admin) {
+            (Some(at), Some(routes)) => Some((
+                crate::http::AdminListener::bind(at)
+                    .await
+                    .with_context(|| format!("cannot listen on {at} (http.admin_listen)"))?,
+                routes,
+            )),
+            _ => None,
+        };
         let owners = Owners {
             store: store.clone(),
             book: book.clone(),
@@ -110,7 +121,8 @@ impl Application {
         let reconciler = Reconciler::new(config.clone(), store, book)?;
         Ok(Self {
             listener,
-            router,
+            router: routers.public,
+            admin,
             db,
             reconciler,
             conflicts,
@@ -125,6 +137,11 @@ impl Application {
         self.listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// The operators' listener's address (`http.admin_listen`), if any.
+    pub fn admin_addr(&self) -> Option<String> {
+        self.admin.as_ref().map(|(l, _)| l.local_addr())
     }
 
     pub fn db(&self) -> &Db {
@@ -170,6 +187,21 @@ impl Application {
         tracing::info!(%listen, "serving");
         crate::systemd::ready(&format!("serving on {listen}"));
         let stop = cancel.clone();
+        if let Some((listener, routes)) = self.admin {
+            tracing::info!(
+                admin_listen = listener.local_addr(),
+                "serving the operators' routes"
+            );
+            let stop = cancel.clone();
+            tracker.spawn(async move {
+                let served = listener
+                    .serve(routes, async move { stop.cancelled().await })
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "the admin listener stopped");
+                }
+            });
+        }
         let served =
             crate::http::serve(self.listener, self.router, &self.config.http, async move {
                 shutdown.await;

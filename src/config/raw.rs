@@ -56,6 +56,11 @@ pub struct RawHttp {
     pub body_timeout: Option<String>,
     pub idle_timeout: Option<String>,
     pub http2: Option<bool>,
+    /// Where `/readyz`, `/metrics`, `/changes` and `/admin/*` are served instead of the
+    /// public listener: `127.0.0.1:9091` or `unix:/run/webhook-reconciler/admin.sock`.
+    pub admin_listen: Option<String>,
+    /// Bearer token of `/admin/*`; without it those routes answer 404.
+    pub admin_token: Option<RawSecret>,
     /// Bearer token of `GET /changes`; without it the endpoint does not exist (404).
     pub changes_token: Option<RawSecret>,
 }

@@ -77,8 +77,28 @@ pub struct HttpConfig {
     pub idle_timeout: Duration,
     /// Serve HTTP/2 (h2c) too; at most 100 streams per connection.
     pub http2: bool,
+    /// The operators' listener: `/readyz`, `/metrics`, `/changes`, `/admin/*` there only.
+    pub admin_listen: Option<AdminListen>,
+    /// Bearer token of `/admin/*`; `None`: those routes answer 404.
+    pub admin_token: Option<SecretString>,
     /// Bearer token of `GET /changes`; `None`: the endpoint answers 404.
     pub changes_token: Option<SecretString>,
+}
+
+/// Where the operators' listener listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminListen {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+impl std::fmt::Display for AdminListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdminListen::Tcp(a) => write!(f, "{a}"),
+            AdminListen::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

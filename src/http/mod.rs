@@ -42,18 +42,27 @@ pub struct HttpState {
     pub config: Arc<Config>,
 }
 
-/// Builds the router: one POST route per source, plus health endpoints.
-pub fn router(state: HttpState) -> Router {
+/// The routes of the public listener, and of the operators' one when
+/// `http.admin_listen` is set.
+pub struct Routers {
+    pub public: Routes,
+    pub admin: Option<Routes>,
+}
+
+/// Builds the routers: one POST route per source and `/healthz` on the public listener;
+/// `/readyz`, `/metrics`, `/changes` and `/admin/*` there too, or only on the admin
+/// listener when `http.admin_listen` is set.
+pub fn router(state: HttpState) -> Routers {
     let limits = Limits {
         max_body: state.config.http.max_body,
         body_timeout: state.config.http.body_timeout,
         max_in_flight: state.config.http.max_in_flight,
         in_flight: Arc::new(tokio::sync::Semaphore::new(state.config.http.max_in_flight)),
     };
-    let mut router = Router::new();
+    let mut webhooks = Router::new();
     for (path, receiver) in state.receivers {
         let (receiver, limits) = (Arc::new(receiver), limits.clone());
-        router = router.route(
+        webhooks = webhooks.route(
             &path,
             post(move |headers: HeaderMap, body: Body| {
                 let (receiver, limits) = (receiver.clone(), limits.clone());
@@ -63,6 +72,8 @@ pub fn router(state: HttpState) -> Router {
     }
     let (db, book, config) = (state.db, state.book, state.config);
     let (db2, book2, config2) = (db.clone(), book.clone(), config.clone());
+    let admin_apart = config.http.admin_listen.is_some();
+    let mut router = Router::new();
     // Without a token the endpoint does not exist: the webhook listener may face the
     // internet, and the feed carries every state.
     if let Some(token) = config.http.changes_token.clone() {
@@ -77,10 +88,25 @@ pub fn router(state: HttpState) -> Router {
             ),
         );
     }
-    router
+    let admin_token = config.http.admin_token.clone();
+    let (db3, book3, config3) = (db.clone(), book.clone(), config.clone());
+    let ops = router
         .route(
-            "/healthz",
-            get(|| async { json_reply(StatusCode::OK, json!({"status": "ok"})) }),
+            "/admin/status",
+            get(move |headers: HeaderMap| {
+                let (db, book, config, token) = (
+                    db3.clone(),
+                    book3.clone(),
+                    config3.clone(),
+                    admin_token.clone(),
+                );
+                async move {
+                    match admin_refusal(token.as_ref(), &headers) {
+                        Some(refused) => refused,
+                        None => readyz(&db, &book, &config).await,
+                    }
+                }
+            }),
         )
         .route(
             "/readyz",
@@ -105,6 +131,11 @@ pub fn router(state: HttpState) -> Router {
                         .into_response()
                 }
             }),
+        );
+    let finish = |r: Router| {
+        r.route(
+            "/healthz",
+            get(|| async { json_reply(StatusCode::OK, json!({"status": "ok"})) }),
         )
         .fallback(|| async { error_reply(StatusCode::NOT_FOUND, "no such endpoint") })
         .method_not_allowed_fallback(|| async {
@@ -115,6 +146,108 @@ pub fn router(state: HttpState) -> Router {
         })
         // The limit is ours (413 with a JSON body), not axum's default 2 MB.
         .layer(DefaultBodyLimit::disable())
+    };
+    if admin_apart {
+        Routers {
+            public: finish(webhooks),
+            admin: Some(finish(ops)),
+        }
+    } else {
+        Routers {
+            public: finish(webhooks.merge(ops)),
+            admin: None,
+        }
+    }
+}
+
+/// Whether `headers` carry `Authorization: Bearer {expected}`; compared in constant time.
+fn bearer_matches(headers: &HeaderMap, expected: &SecretString) -> bool {
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let expected = expected.expose_secret().as_bytes();
+    given.len() == expected.len()
+        && given
+            .bytes()
+            .zip(expected)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// The answer to an `/admin/*` request that may not proceed: 404 when no
+/// `http.admin_token` is configured (the routes do not exist), 401 without the token.
+fn admin_refusal(token: Option<&SecretString>, headers: &HeaderMap) -> Option<Response> {
+    match token {
+        None => Some(error_reply(StatusCode::NOT_FOUND, "no such endpoint")),
+        Some(t) if !bearer_matches(headers, t) => Some(error_reply(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong `Authorization: Bearer` token (http.admin_token)",
+        )),
+        Some(_) => None,
+    }
+}
+
+/// The operators' listener (`http.admin_listen`), bound at start so that a bad address
+/// fails `serve` at once.
+pub enum AdminListener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl AdminListener {
+    pub async fn bind(at: &crate::config::AdminListen) -> std::io::Result<Self> {
+        match at {
+            crate::config::AdminListen::Tcp(addr) => {
+                Ok(Self::Tcp(tokio::net::TcpListener::bind(addr).await?))
+            }
+            crate::config::AdminListen::Unix(path) => {
+                // A socket left by a previous run would make bind fail.
+                if std::fs::symlink_metadata(path)
+                    .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+                {
+                    std::fs::remove_file(path)?;
+                }
+                Ok(Self::Unix(tokio::net::UnixListener::bind(path)?))
+            }
+        }
+    }
+
+    /// The bound address, as `http.admin_listen` writes it.
+    pub fn local_addr(&self) -> String {
+        match self {
+            Self::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string()),
+            Self::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
+                .unwrap_or_else(|| "unix:?".into()),
+        }
+    }
+
+    /// Serves `routes` until `shutdown`. Operators only: no caps or deadlines beyond
+    /// axum's own.
+    pub async fn serve(
+        self,
+        routes: Routes,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(l) => {
+                axum::serve(l, routes)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+            Self::Unix(l) => {
+                axum::serve(l, routes)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+        }
+    }
 }
 
 /// What bounds a delivery: its body's size, and how many are handled at once (shared by
@@ -172,19 +305,7 @@ async fn changes(
     headers: &HeaderMap,
     query: Vec<(String, String)>,
 ) -> Response {
-    let given = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    let expected = token.expose_secret().as_bytes();
-    let same = given.len() == expected.len()
-        && given
-            .bytes()
-            .zip(expected)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if !same {
+    if !bearer_matches(headers, token) {
         return error_reply(
             StatusCode::UNAUTHORIZED,
             "missing or wrong `Authorization: Bearer` token (http.changes_token)",

@@ -323,3 +323,62 @@ async fn futures_unordered_count(client: &reqwest::Client, url: &str, n: usize) 
     }
     total
 }
+
+const ADMIN_TOKEN: &str = "admin-token-0123456789";
+
+async fn status_of(client: &reqwest::Client, url: String, token: Option<&str>) -> u16 {
+    let mut r = client.get(url);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    r.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_admin_listen_the_public_listener_serves_only_webhooks_and_healthz() {
+    let app = sqlite_app_with_http(
+        "",
+        &format!(
+            "admin_listen = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN_TOKEN}\"\nchanges_token = \"pull-token-123\""
+        ),
+    )
+    .await;
+    let admin = app.admin.clone().expect("the admin listener is bound");
+    let c = &app.client;
+    for path in ["/readyz", "/metrics", "/changes", "/admin/status"] {
+        assert_eq!(
+            status_of(c, app.url(path), Some(ADMIN_TOKEN)).await,
+            404,
+            "public {path}"
+        );
+    }
+    assert_eq!(status_of(c, app.url("/healthz"), None).await, 200);
+    delivered_within_a_second(&app, 0).await;
+    let on_admin = |p: &str| format!("http://{admin}{p}");
+    assert_eq!(status_of(c, on_admin("/readyz"), None).await, 200);
+    assert_eq!(status_of(c, on_admin("/metrics"), None).await, 200);
+    assert_eq!(status_of(c, on_admin("/healthz"), None).await, 200);
+    assert_eq!(status_of(c, on_admin("/admin/status"), None).await, 401);
+    assert_eq!(
+        status_of(c, on_admin("/admin/status"), Some("wrong-token-0123456")).await,
+        401
+    );
+    assert_eq!(
+        status_of(c, on_admin("/admin/status"), Some(ADMIN_TOKEN)).await,
+        200
+    );
+    assert_eq!(
+        status_of(c, on_admin("/changes"), Some("pull-token-123")).await,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_an_admin_token_the_admin_routes_do_not_exist() {
+    let app = sqlite_app_with_http("", "").await;
+    assert_eq!(
+        status_of(&app.client, app.url("/admin/status"), Some(ADMIN_TOKEN)).await,
+        404
+    );
+    assert_eq!(status_of(&app.client, app.url("/readyz"), None).await, 200);
+}

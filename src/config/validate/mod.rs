@@ -274,6 +274,46 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 None
             }
         });
+    let admin_listen = raw.http.admin_listen.as_deref().and_then(|text| {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() || !path.starts_with('/') {
+                c.fail(
+                    "http.admin_listen",
+                    format!("{text:?}: a unix socket needs an absolute path (unix:/run/webhook-reconciler/admin.sock)"),
+                );
+                return None;
+            }
+            return Some(AdminListen::Unix(path.into()));
+        }
+        match text.parse() {
+            Ok(addr) => Some(AdminListen::Tcp(addr)),
+            Err(_) => {
+                c.fail(
+                    "http.admin_listen",
+                    format!("{text:?} is neither host:port (127.0.0.1:9091) nor unix:/path"),
+                );
+                None
+            }
+        }
+    });
+    let admin_token = raw
+        .http
+        .admin_token
+        .as_ref()
+        .and_then(|s| match secret::resolve(s) {
+            Ok(v) if v.len() < 16 => {
+                c.fail(
+                    "http.admin_token",
+                    "is shorter than 16 bytes; use a long random token (openssl rand -hex 32)",
+                );
+                None
+            }
+            Ok(v) => Some(secrecy::SecretString::from(v)),
+            Err(e) => {
+                c.fail("http.admin_token", e);
+                None
+            }
+        });
     let log = LogConfig {
         format: raw.log.format,
         level: raw
@@ -383,6 +423,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 body_timeout,
                 idle_timeout,
                 http2: raw.http.http2.unwrap_or(false),
+                admin_listen,
+                admin_token,
                 changes_token,
             },
             retention,

@@ -194,6 +194,8 @@ pub async fn post_signed(
 /// A daemon serving on 127.0.0.1:port 0 against its own database.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The operators' listener, when `http.admin_listen` is set.
+    pub admin: Option<String>,
     pub db: TestDb,
     pub client: reqwest::Client,
     server: tokio::task::JoinHandle<()>,
@@ -223,11 +225,13 @@ pub async fn spawn_app_with(db: TestDb, toml: &str) -> TestApp {
     let config = Config::from_toml_str(toml).unwrap();
     let app = Application::build(config).await.unwrap();
     let addr = app.local_addr();
+    let admin = app.admin_addr();
     let server = tokio::spawn(async move {
         app.run_until(std::future::pending()).await.unwrap();
     });
     TestApp {
         addr,
+        admin,
         db,
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))

@@ -427,3 +427,114 @@ async fn the_prune_command_reports_and_records_its_pass() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("pruned 0 event ids"));
     assert_eq!(app.db.count("prune_runs"), 1);
 }
+
+/// The attack from the listener issue, against the process systemd would run: 1,000
+/// connections from other client addresses trickle request heads, a byte a second.
+/// Throughout, WATCHDOG=1 keeps arriving at half of WatchdogSec (so systemd would not
+/// restart the daemon), and a signed delivery is answered within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_a_thousand_trickling_connections_the_watchdog_keeps_being_pinged() {
+    let db = TestDb::new(Backend::Sqlite);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = serve_config(&dir, &db.url, port, None);
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let mut child = bin()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "2000000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_ready(port).await);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut attackers = Vec::new();
+    for c in 0..1000u32 {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(std::net::SocketAddr::from((
+            [127, 0, 0, 2 + (c % 4) as u8],
+            0,
+        )))
+        .unwrap();
+        attackers.push(s.connect(addr).await.unwrap());
+    }
+    let trickle: Vec<_> = attackers
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                for b in b"POST /webhooks/shop HTTP/1.1\r\nX-Pad: a".iter().take(8) {
+                    if s.write_all(&[*b]).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                s
+            })
+        })
+        .collect();
+    // Drain what came before the attack, then watch 8 s of it.
+    let mut buf = [0u8; 4096];
+    while socket.recv(&mut buf).is_ok() {}
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let mut last_ping = started;
+    let mut longest_gap = Duration::ZERO;
+    let mut pings = 0;
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        while let Ok(len) = socket.recv(&mut buf) {
+            if String::from_utf8_lossy(&buf[..len]).contains("WATCHDOG=1") {
+                longest_gap = longest_gap.max(last_ping.elapsed());
+                last_ping = std::time::Instant::now();
+                pings += 1;
+            }
+        }
+        if started.elapsed() >= Duration::from_millis(500 * n) {
+            let body = refund_event(&format!("evt_probe_{n}"), &format!("re_{n}")).to_string();
+            let ts = now();
+            let sig = sign::hmac_sha256(SHOP_SECRET.as_bytes(), ts, body.as_bytes());
+            let sent = std::time::Instant::now();
+            let r = tokio::time::timeout(
+                Duration::from_secs(1),
+                client
+                    .post(format!("http://127.0.0.1:{port}/webhooks/shop"))
+                    .header("content-type", "application/json")
+                    .header("x-signature", sig)
+                    .header("x-signature-timestamp", ts.to_string())
+                    .body(body)
+                    .send(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("signed probe {n} not answered within a second"))
+            .unwrap();
+            assert_eq!(r.status(), 200);
+            assert!(sent.elapsed() < Duration::from_secs(1));
+            n += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    longest_gap = longest_gap.max(last_ping.elapsed());
+    assert!(
+        pings >= 6,
+        "only {pings} WATCHDOG=1 in 8 s (every 1 s expected)"
+    );
+    assert!(
+        longest_gap < Duration::from_secs(2),
+        "no WATCHDOG=1 for {longest_gap:?}: systemd (WatchdogSec=2s) would restart the daemon"
+    );
+    assert_eq!(db.count("processed_events"), n as i64);
+    for t in trickle {
+        t.abort();
+    }
+    signal(child.id(), "TERM");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}

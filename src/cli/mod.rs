@@ -297,6 +297,10 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if e.downcast_ref::<NotMigrated>().is_some() => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_FAILED)
@@ -347,6 +351,36 @@ fn print_config_summary(config: &Config) {
     }
 }
 
+/// A command needed the schema on a database that has none (or an older one).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: run `webhook-reconciler migrate` (or start `serve`), then try again")]
+pub(crate) struct NotMigrated(String);
+
+/// The database of a command that reads or writes through the schema: [`NotMigrated`]
+/// (exit 2) when it was never migrated, and a SQLite file that does not exist is never
+/// created for it.
+pub(crate) async fn open_migrated(config: &Config) -> anyhow::Result<Db> {
+    use secrecy::ExposeSecret;
+    let url = config.database.url.expose_secret();
+    if config.database.backend == crate::config::Backend::Sqlite {
+        let path = url.strip_prefix("sqlite://").unwrap_or(url);
+        if path != ":memory:" && !std::path::Path::new(path).exists() {
+            return Err(
+                NotMigrated(format!("the SQLite database {path} does not exist yet")).into(),
+            );
+        }
+    }
+    let db = Db::connect(&config.database)?;
+    if !db.is_migrated().await? {
+        return Err(NotMigrated(format!(
+            "the database {} has no schema of this version yet",
+            crate::config::redact_database_url(url)
+        ))
+        .into());
+    }
+    Ok(db)
+}
+
 async fn migrate(config: &Config) -> anyhow::Result<()> {
     let db = Db::connect(&config.database)?;
     let applied = tokio::task::spawn_blocking(move || db.migrate()).await??;
@@ -375,7 +409,7 @@ async fn changes(
     follow: bool,
 ) -> anyhow::Result<()> {
     use std::io::Write;
-    let feed = crate::feed::Feed::new(Db::connect(&config.database)?);
+    let feed = crate::feed::Feed::new(open_migrated(config).await?);
     let filter = crate::feed::Filter::default();
     let mut position = after;
     let mut left = limit.unwrap_or(i64::MAX);

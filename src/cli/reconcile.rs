@@ -26,11 +26,15 @@ pub struct Args {
 }
 
 pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
-    let db = Db::connect(&config.database)?;
-    if config.database.migrate && !args.dry_run {
+    // A dry run writes nothing, not even the schema or a new SQLite file.
+    let db = if config.database.migrate && !args.dry_run {
+        let db = Db::connect(&config.database)?;
         let d = db.clone();
         tokio::task::spawn_blocking(move || d.migrate()).await??;
-    }
+        db
+    } else {
+        super::open_migrated(&config).await?
+    };
     let reconciler = Reconciler::new(
         Arc::new(config),
         Store::new(db.clone()),

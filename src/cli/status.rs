@@ -5,7 +5,6 @@ use serde::Serialize;
 use crate::bookkeeping::{Bookkeeping, PruneRow, RunRow};
 use crate::change::Key;
 use crate::config::Config;
-use crate::db::Db;
 use crate::feed::{Feed, Lag};
 use crate::observability::{KindFreshness, freshness};
 use crate::store::{SourceCount, Store};
@@ -37,7 +36,7 @@ struct Status {
 }
 
 pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
-    let db = Db::connect(&config.database)?;
+    let db = super::open_migrated(config).await?;
     let book = Bookkeeping::new(db.clone());
     let mut kinds = Vec::new();
     for f in freshness(&book, config).await? {
@@ -148,7 +147,7 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
 }
 
 pub async fn prune(config: &Config) -> anyhow::Result<()> {
-    let db = Db::connect(&config.database)?;
+    let db = super::open_migrated(config).await?;
     let owners = crate::retention::Owners::new(db);
     let report =
         crate::retention::prune(&owners, config, &tokio_util::sync::CancellationToken::new())

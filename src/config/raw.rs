@@ -150,7 +150,9 @@ pub struct RawSource {
     pub webhook: RawWebhook,
     #[serde(default)]
     pub reconcile: RawReconcile,
-    #[serde(default)]
+    /// A kind may also be written `false`: switched off (a preset's kind the account
+    /// cannot list), as `enabled = false` does.
+    #[serde(default, deserialize_with = "kinds_or_off")]
     pub kinds: BTreeMap<String, RawKind>,
     pub catchup: Option<RawCatchup>,
 }
@@ -222,9 +224,12 @@ pub struct RawReconcile {
     pub max_page_bytes: Option<String>,
 }
 
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawKind {
+    /// `false` switches the kind off: no listing, its event types ignored (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
     pub list: Option<String>,
     pub pagination: Option<Pagination>,
     pub items: Option<String>,
@@ -307,4 +312,62 @@ pub struct RawConsumer {
     /// 0: retry for ever (default).
     pub max_attempts: Option<u32>,
     pub on_failure: Option<OnFailure>,
+}
+
+/// `[sources.NAME.kinds]`: a table of kinds, each a table or `false`. A list (the way
+/// other tools name the kinds to keep) gets an answer saying how it is written here.
+fn kinds_or_off<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, RawKind>, D::Error> {
+    use serde::de::{self, MapAccess, SeqAccess, Visitor};
+    struct Kinds;
+    impl<'de> Visitor<'de> for Kinds {
+        type Value = BTreeMap<String, RawKind>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a table of kinds")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(de::Error::custom(
+                "kinds is a table, one entry a kind; to keep only some of a preset's kinds, switch the others off: kinds.KIND.enabled = false (or kinds.KIND = false)",
+            ))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kinds = BTreeMap::new();
+            while let Some((name, KindOrOff(kind))) = map.next_entry::<String, KindOrOff>()? {
+                kinds.insert(name, kind);
+            }
+            Ok(kinds)
+        }
+    }
+    d.deserialize_any(Kinds)
+}
+
+struct KindOrOff(RawKind);
+
+impl<'de> Deserialize<'de> for KindOrOff {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = KindOrOff;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a kind's table, or false to switch the kind off")
+            }
+            fn visit_bool<E: de::Error>(self, on: bool) -> Result<KindOrOff, E> {
+                if on {
+                    return Err(E::custom(
+                        "`true` says nothing about the kind: write its table, or false to switch it off",
+                    ));
+                }
+                Ok(KindOrOff(RawKind {
+                    enabled: Some(false),
+                    ..RawKind::default()
+                }))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KindOrOff, A::Error> {
+                RawKind::deserialize(de::value::MapAccessDeserializer::new(map)).map(KindOrOff)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

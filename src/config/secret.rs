@@ -50,7 +50,9 @@ fn expand_credentials_dir(path: &str) -> Result<String, String> {
     for pattern in ["${CREDENTIALS_DIRECTORY}", "$CREDENTIALS_DIRECTORY"] {
         if path.contains(pattern) {
             let dir = std::env::var(VAR).map_err(|_| {
-                format!("{path:?} uses ${VAR}, which is not set (it is set by systemd's LoadCredential=)")
+                format!(
+                    "{path:?} uses ${VAR}, which is not set: systemd sets it for the unit (LoadCredential=); from a shell, name the directory the unit loads the files from, e.g. {VAR}=/etc/webhook-reconciler/credentials"
+                )
             })?;
             return Ok(path.replace(pattern, &dir));
         }

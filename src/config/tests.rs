@@ -524,3 +524,66 @@ secret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3"
         assert!(keys.contains(&key), "no warning at {key}: {:?}", c.warnings);
     }
 }
+
+#[test]
+fn a_presets_kind_is_switched_off_with_enabled_false_or_false() {
+    let c = Config::from_toml_str(
+        r#"
+[sources.stripe]
+preset = "stripe"
+api_token = "sk_test_x"
+[sources.stripe.webhook]
+secrets = ["whsec_0123456789abcdefghij"]
+[sources.stripe.kinds.invoice]
+enabled = false
+[sources.stripe.kinds]
+price = false
+"#,
+    )
+    .unwrap();
+    let names: Vec<&str> = c.sources[0].kinds.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "charge",
+            "customer",
+            "payment_intent",
+            "product",
+            "refund",
+            "subscription"
+        ]
+    );
+    // Their event types are no longer mapped (a delivery of one is `ignored`).
+    assert!(
+        c.sources[0]
+            .kinds
+            .iter()
+            .all(|k| !k.events.contains_key("invoice.paid"))
+    );
+    let base = "[sources.stripe]\npreset = \"stripe\"\napi_token = \"sk_test_x\"\n[sources.stripe.webhook]\nsecrets = [\"whsec_0123456789abcdefghij\"]\n";
+    for (extra, key, says) in [
+        (
+            "kinds = [\"customer\"]\n",
+            "sources.stripe.kinds",
+            "enabled = false",
+        ),
+        (
+            "[sources.stripe.kinds.invoice]\nlist = \"\"\n",
+            "sources.stripe.kinds.invoice.list",
+            "enabled = false",
+        ),
+        (
+            "[sources.stripe.kinds]\ninvoice = true\n",
+            "sources.stripe.kinds",
+            "false to switch it off",
+        ),
+    ] {
+        let text = if extra.starts_with("kinds") {
+            base.replace("api_token", &format!("{extra}api_token"))
+        } else {
+            format!("{base}{extra}")
+        };
+        let e = Config::from_toml_str(&text).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains(says), "{text}\n{e}");
+    }
+}

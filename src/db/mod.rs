@@ -501,7 +501,23 @@ impl Db {
     pub async fn is_migrated(&self) -> Result<bool, DbError> {
         let pool = self.reader.clone();
         tokio::task::spawn_blocking(move || {
+            use diesel::RunQueryDsl;
             let mut pc = checkout(&pool)?;
+            let backend = pc.conn.backend();
+            let exists = match &mut pc.conn {
+                Conn::Postgres(c) => sql::query(backend, sql::migrations_table_exists(backend))
+                    .get_result::<sql::TextValue>(c),
+                Conn::Sqlite(c) => sql::query(backend, sql::migrations_table_exists(backend))
+                    .get_result::<sql::TextValue>(c),
+            };
+            match exists {
+                Ok(v) if v.v == "no" => return Ok(false),
+                Ok(_) => {}
+                Err(e) => {
+                    pc.broken = true;
+                    return Err(DbError::Unavailable(e.to_string()));
+                }
+            }
             let pending = match &mut pc.conn {
                 Conn::Postgres(c) => c.has_pending_migration(PG_MIGRATIONS),
                 Conn::Sqlite(c) => c.has_pending_migration(SQLITE_MIGRATIONS),

@@ -380,3 +380,75 @@ fn no_database_password_is_printed_by_any_command() {
         }
     }
 }
+
+/// The README's first check, on a database nobody migrated: every command that needs
+/// the schema exits 2 saying what to run, once; a dry run creates nothing, not even the
+/// SQLite file.
+#[test]
+fn commands_that_need_the_schema_say_to_migrate_and_a_dry_run_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite_file = dir.path().join("never.db");
+    let pg = TestDb::new(Backend::Postgres);
+    for url in [
+        format!("sqlite://{}", sqlite_file.display()),
+        pg.url.clone(),
+    ] {
+        let cfg = write_config(dir.path(), &crate::helpers::config_toml(&url, ""));
+        for args in [
+            &["reconcile", "--dry-run"][..],
+            &["status"],
+            &["prune"],
+            &["changes", "--limit", "1"],
+        ] {
+            let out = bin().arg("--config").arg(&cfg).args(args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?} on {url}: {err}");
+            assert!(
+                err.contains("run `webhook-reconciler migrate` (or start `serve`)"),
+                "{err}"
+            );
+            assert_eq!(err.matches("migrate`").count(), 1, "said once: {err}");
+            assert!(!sqlite_file.exists(), "{args:?} created {sqlite_file:?}");
+        }
+    }
+    // Nothing was written on PostgreSQL either: not even diesel's migrations table.
+    assert_eq!(
+        pg.count("information_schema.tables WHERE table_schema = 'public'"),
+        0
+    );
+}
+
+/// What the package installs: its configuration passes `check-config` as it is, with no
+/// credentials and nothing in the environment, and no unit sets a variable that would
+/// override the file (a unit that set the database URL once made every host run on a
+/// private SQLite file whatever config.toml said).
+#[test]
+fn the_installed_configuration_is_valid_as_installed_and_no_unit_overrides_it() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = bin()
+        .args(["--config", "config/webhook-reconciler.toml", "check-config"])
+        .current_dir(root)
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for unit in std::fs::read_dir(format!("{root}/systemd")).unwrap() {
+        let path = unit.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                !line.contains("WEBHOOK_RECONCILER"),
+                "{path:?} overrides the configuration: {line}"
+            );
+            assert!(
+                !line.starts_with("LoadCredential="),
+                "{path:?} names a source's credential; they belong in a drop-in: {line}"
+            );
+        }
+    }
+}

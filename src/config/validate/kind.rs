@@ -121,6 +121,16 @@ pub(super) fn validate_kind(
             );
         }
     }
+    for (k, v) in [("list", &raw.list), ("get", &raw.get)] {
+        if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            c.fail(
+                key(k),
+                format!(
+                    "is empty; leave `{k}` out, or switch the kind off with {base}.enabled = false"
+                ),
+            );
+        }
+    }
     let kind_versioned = raw.version.is_some() || version_from == VersionFrom::ResponseDate;
     let mut events = BTreeMap::new();
     for (event_type, e) in &raw.events {

@@ -102,7 +102,7 @@ pub(super) fn validate_source(
 
     let mut kinds = Vec::new();
     let mut event_types: BTreeMap<&str, &str> = BTreeMap::new();
-    for (kind_name, kind) in &raw.kinds {
+    for (kind_name, kind) in raw.kinds.iter().filter(|(_, k)| k.enabled != Some(false)) {
         if kind_name.starts_with('$') {
             c.fail(
                 format!("sources.{name}.kinds.{kind_name}"),

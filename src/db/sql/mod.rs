@@ -130,6 +130,19 @@ pub(crate) struct RunId {
     pub(crate) id: i64,
 }
 
+/// `v` = `yes` when diesel's migrations table exists: asked before diesel's own check,
+/// which creates that table (a write no dry run may do).
+pub(crate) fn migrations_table_exists(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => {
+            "SELECT CASE WHEN to_regclass('__diesel_schema_migrations') IS NULL THEN 'no' ELSE 'yes' END AS v"
+        }
+        Backend::Sqlite => {
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM sqlite_master WHERE name = '__diesel_schema_migrations') THEN 'yes' ELSE 'no' END AS v"
+        }
+    }
+}
+
 /// A stored timestamp as display text (milliseconds) on both backends.
 pub(crate) fn display_time(backend: Backend, column: &str) -> String {
     match backend {

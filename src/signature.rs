@@ -67,3 +67,13 @@ pub fn shopify(secret: &[u8], body: &[u8]) -> String {
 pub fn github(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(hmac(secret, &[body])))
 }
+
+/// A new Standard Webhooks key: `whsec_` and 32 bytes from the thread's CSPRNG (rand's
+/// ThreadRng, seeded from the operating system) in base64.
+pub fn new_secret() -> String {
+    let key: [u8; 32] = rand::random();
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    )
+}

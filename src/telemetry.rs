@@ -19,12 +19,22 @@ const SERVICE: &str = "webhook-reconciler";
 
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
+/// `level` with the scheduler crate held at `warn` unless `level` names it: at `info` it
+/// logs its own setup (`Uninited`, `Job creator created`) a line per job at every start.
+fn quiet_dependencies(level: &str) -> String {
+    if level.contains("tokio_cron_scheduler") {
+        level.to_string()
+    } else {
+        format!("{level},tokio_cron_scheduler=warn")
+    }
+}
+
 /// Installs the global subscriber. `RUST_LOG` overrides `log.level` (for logs; traces
 /// carry this crate's spans at info whatever the log level). Safe to call more than
 /// once (later calls do nothing).
 pub fn init(log: &LogConfig) {
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&log.level))
+        .or_else(|_| EnvFilter::try_new(quiet_dependencies(&log.level)))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let json = match log.format {
         LogFormat::Json => true,

@@ -57,7 +57,7 @@ throwaway_postgres_start() {
         -o "$THROWAWAY_PG_OPTS" start >/dev/null; then
       "$bindir/createdb" -h 127.0.0.1 -p "$port" -U postgres test
       export WR_TEST_PG="postgres://postgres@127.0.0.1:$port"
-      echo "throwaway PostgreSQL $("$bindir/postgres" --version | awk '{print $NF}') on 127.0.0.1:$port (data in $dir)" >&2
+      echo "throwaway PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data in $dir)" >&2
       return 0
     fi
   done

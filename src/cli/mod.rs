@@ -99,6 +99,12 @@ pub enum Command {
         #[arg(long)]
         allow_mass_delete: bool,
     },
+    /// Make secrets: `secret new` prints a fresh Standard Webhooks key (whsec_ + 32
+    /// random bytes in base64), for a consumer's `secret` or a sender that takes one.
+    Secret {
+        #[command(subcommand)]
+        action: SecretAction,
+    },
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     Completions {
         #[arg(value_enum)]
@@ -110,6 +116,12 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretAction {
+    /// Print a new whsec_ key on stdout (nothing else is written).
+    New,
 }
 
 /// `demo` flags.
@@ -226,6 +238,12 @@ pub async fn run(cli: Cli) -> ExitCode {
     let generated = match &cli.command {
         Command::Completions { shell } => Some(generate::completions(*shell)),
         Command::Man { dir } => Some(generate::man(dir.as_deref())),
+        Command::Secret {
+            action: SecretAction::New,
+        } => {
+            println!("{}", crate::signature::new_secret());
+            Some(Ok(()))
+        }
         _ => None,
     };
     if let Some(result) = generated {
@@ -258,9 +276,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
         // Handled above.
-        Command::Demo(_) | Command::Config | Command::Completions { .. } | Command::Man { .. } => {
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Demo(_)
+        | Command::Config
+        | Command::Completions { .. }
+        | Command::Man { .. }
+        | Command::Secret { .. } => Ok(ExitCode::SUCCESS),
         Command::Changes {
             after,
             limit,

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::types::{
-    Action, LogFormat, OnFailure, Pagination, Preset, SchemeName, Synchronous, VersionFormat,
-    VersionFrom,
+    Action, ConsumerStart, LogFormat, OnFailure, Pagination, Preset, SchemeName, Synchronous,
+    VersionFormat, VersionFrom,
 };
 
 /// The file format, section by section. A key left out is `None` here; its default is
@@ -253,7 +253,7 @@ pub struct RawKind {
     pub get_item: Option<String>,
     /// Further origins (`https://host[:port]`) this kind's next-page links and redirects
     /// may point to; the API token is sent there too.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_origins: Vec<String>,
     /// Most of the kind's live rows one sweep may tombstone (default 0.1).
     pub max_delete_fraction: Option<f64>,
@@ -262,7 +262,7 @@ pub struct RawKind {
     pub incremental: Option<RawIncremental>,
     /// Pointers a webhook body must match (pointer -> prefix of its string value): the
     /// body confirms the kind that an unsigned header named.
-    #[serde(default, rename = "match")]
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
     pub match_prefixes: BTreeMap<String, String>,
     #[serde(default)]
     pub events: BTreeMap<String, RawEvent>,
@@ -304,14 +304,17 @@ pub struct RawConsumer {
     pub url: String,
     /// A Standard Webhooks secret (`whsec_` + base64) the pushes are signed with.
     pub secret: RawSecret,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kinds: Vec<String>,
     pub timeout: Option<String>,
     /// 0: retry for ever (default).
     pub max_attempts: Option<u32>,
     pub on_failure: Option<OnFailure>,
+    /// `beginning` (default: every change still kept) or `now`, for a consumer without
+    /// a position yet.
+    pub start: Option<ConsumerStart>,
 }
 
 /// `[sources.NAME.kinds]`: a table of kinds, each a table or `false`. A list (the way

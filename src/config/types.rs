@@ -122,6 +122,17 @@ pub enum OnFailure {
     Skip,
 }
 
+/// Where a consumer that has no position yet starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsumerStart {
+    /// Every change still kept (`retention.changes`): the whole retained history.
+    #[default]
+    Beginning,
+    /// Only changes committed after the consumer first runs.
+    Now,
+}
+
 /// An application the change feed is pushed to.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -137,6 +148,8 @@ pub struct ConsumerConfig {
     /// 0: for ever.
     pub max_attempts: u32,
     pub on_failure: OnFailure,
+    /// Where it starts when the database has no position for it yet.
+    pub start: ConsumerStart,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]

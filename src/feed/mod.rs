@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::bookkeeping::{Fence, LeaseLost};
-use crate::config::ConsumerConfig;
+use crate::config::{ConsumerConfig, ConsumerStart};
 use crate::db::{Db, DbError};
 use sql::ChangeRow;
 pub use sql::Lag;
@@ -163,6 +163,22 @@ impl Feed {
         self.db
             .read(move |c| sql::consumer_position(c, &consumer))
             .await
+    }
+
+    /// A consumer's position, first set to the feed's current end when it has none
+    /// and `start` says `now`.
+    pub async fn position_or_start(
+        &self,
+        consumer: &str,
+        start: ConsumerStart,
+    ) -> Result<i64, DbError> {
+        if start == ConsumerStart::Now {
+            let name = consumer.to_string();
+            self.db
+                .write(move |c| sql::start_consumer_now(c, &name))
+                .await?;
+        }
+        self.position(consumer).await
     }
 
     /// Moves `consumer`'s position to `position`, in a transaction fenced on the

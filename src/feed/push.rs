@@ -131,7 +131,10 @@ impl Pusher {
     async fn push_while_holding(&self, cancel: &CancellationToken) -> Result<(), PushError> {
         let name = &self.consumer.name;
         let filter = Filter::from(&self.consumer);
-        let mut position = self.feed.position(name).await?;
+        let mut position = self
+            .feed
+            .position_or_start(name, self.consumer.start)
+            .await?;
         loop {
             if cancel.is_cancelled() {
                 return Ok(());

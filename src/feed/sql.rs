@@ -207,6 +207,18 @@ pub(crate) fn consumer_position(conn: &mut Conn, consumer: &str) -> diesel::Quer
     Ok(rows.pop().map_or(0, |r| r.n))
 }
 
+/// Gives a consumer without a position the feed's current end as its position.
+/// (`WHERE true`: SQLite cannot otherwise tell the upsert's ON from a join's.)
+pub(crate) fn start_consumer_now(conn: &mut Conn, consumer: &str) -> diesel::QueryResult<()> {
+    let q = query(
+        conn.backend(),
+        "INSERT INTO consumer_positions (consumer, position) SELECT $1, last FROM change_seq WHERE true \
+         ON CONFLICT (consumer) DO NOTHING",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(consumer).execute(c))?;
+    Ok(())
+}
+
 /// Moves a consumer's position forward (never back).
 pub(crate) fn advance_consumer(
     conn: &mut Conn,

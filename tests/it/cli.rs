@@ -452,3 +452,20 @@ fn the_installed_configuration_is_valid_as_installed_and_no_unit_overrides_it() 
         }
     }
 }
+
+#[test]
+fn secret_new_prints_a_fresh_key_that_a_consumer_accepts() {
+    let make = || {
+        let out = bin().args(["secret", "new"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (a, b) = (make(), make());
+    assert_ne!(a, b);
+    assert!(a.starts_with("whsec_") && a.len() == 6 + 44, "{a}");
+    let c = webhook_reconciler::config::Config::from_toml_str(&format!(
+        "[consumers.app]\nurl = \"http://127.0.0.1:9/x\"\nsecret = \"{a}\"\n"
+    ))
+    .unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}

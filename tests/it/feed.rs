@@ -33,6 +33,7 @@ both_backends!(
     the_pull_endpoint_pages_the_feed_behind_its_token,
     retention_keeps_changes_a_consumer_has_not_acknowledged,
     a_reconcile_that_repairs_a_lost_webhook_reaches_the_consumer,
+    a_new_consumer_gets_the_retained_history_unless_it_starts_now,
 );
 
 fn order(id: &str, version: i64, status: &str) -> Change {
@@ -678,4 +679,59 @@ async fn an_unreadable_stored_state_is_an_error_never_a_null() {
         err.contains("change 1") && err.contains("not JSON"),
         "the error names the change and the problem: {err}"
     );
+}
+
+/// A new consumer gets every change still kept, unless `start = "now"`: then only what
+/// is committed after it first runs. A consumer that already has a position keeps it.
+async fn a_new_consumer_gets_the_retained_history_unless_it_starts_now(b: Backend) {
+    for (start, expected) in [
+        ("", vec!["o1", "o2", "o3"]),
+        ("start = \"now\"", vec!["o3"]),
+    ] {
+        let consumer = ConsumerApp::start().await;
+        let db = TestDb::new(b);
+        let store = store_on(&db).await;
+        assert_eq!(
+            deliver(&store, "e1", Some(order("o1", 1, "paid"))).await,
+            Outcome::Applied
+        );
+        assert_eq!(
+            deliver(&store, "e2", Some(order("o2", 1, "paid"))).await,
+            Outcome::Applied
+        );
+        let url = db.url.clone();
+        let app = spawn_app_with(
+            db,
+            &(config_toml(&url, "") + &consumer.config("app", start)),
+        )
+        .await;
+        // The pusher has taken its place once the position row exists (start = "now"
+        // writes it at the feed's end; from the beginning it appears with the first push).
+        if !start.is_empty() {
+            assert!(
+                eventually(Duration::from_secs(10), || async {
+                    app.db.count("consumer_positions WHERE position = 2") == 1
+                })
+                .await
+            );
+        }
+        assert_eq!(
+            app.deliver(&order_event("e3", "o3", 1, "paid")).await.0,
+            200
+        );
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                app.db.count("consumer_positions WHERE position = 3") == 1
+            })
+            .await
+        );
+        // Different resources are pushed in parallel: compared as a set.
+        let mut ids: Vec<String> = consumer
+            .delivered()
+            .iter()
+            .map(|d| d.body["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, expected, "start: {start:?}");
+    }
 }

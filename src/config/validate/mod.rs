@@ -406,6 +406,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 timeout,
                 max_attempts: raw.max_attempts.unwrap_or(defaults::CONSUMER_MAX_ATTEMPTS),
                 on_failure: raw.on_failure.unwrap_or_default(),
+                start: raw.start.unwrap_or_default(),
             });
         }
     }

@@ -98,6 +98,8 @@ pub struct DemoReport {
     pub resources: usize,
     /// Changes committed to the feed.
     pub changes: i64,
+    /// Where they came from.
+    pub origins: ChangeOrigins,
     /// What the application did with them.
     pub effects: application::EffectCounts,
     pub converged: bool,
@@ -203,6 +205,8 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         }
     }
 
+    let feed = crate::feed::Feed::new(db.clone());
+    let before_reconcile = feed.last_seq().await?;
     let mut repaired = 0;
     if opts.reconcile {
         say(
@@ -238,7 +242,8 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
     let diverged_at_end = diverged(&store, &expected).await?;
     // Every committed change reaches the application (pushed within a second while it
     // keeps up); wait for the last one, bounded.
-    let changes = crate::feed::Feed::new(db.clone()).last_seq().await?;
+    let changes = feed.last_seq().await?;
+    let origins = change_origins(&feed, before_reconcile).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while application.counts().performed < changes as usize && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -258,6 +263,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         diverged_at_end,
         resources: expected.len(),
         changes,
+        origins,
         effects,
         converged: diverged_at_end == 0 && effects.performed == changes as usize,
         seconds: started.elapsed().as_secs_f64(),
@@ -388,69 +394,102 @@ async fn diverged(
         .count())
 }
 
+/// The feed's changes by what wrote them; the three add up to every change.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ChangeOrigins {
+    /// Written by a webhook (an `applied` or `conflict` delivery).
+    pub webhooks: u64,
+    /// Same-version conflicts settled from the sender's `get` while deliveries ran.
+    pub conflicts_settled: u64,
+    /// Written by the reconcile run.
+    pub reconcile: u64,
+}
+
+async fn change_origins(
+    feed: &crate::feed::Feed,
+    before_reconcile: i64,
+) -> anyhow::Result<ChangeOrigins> {
+    let mut o = ChangeOrigins::default();
+    let mut after = 0;
+    loop {
+        let page = feed
+            .page(
+                after,
+                crate::feed::MAX_PAGE,
+                &crate::feed::Filter::default(),
+            )
+            .await?;
+        for c in &page.changes {
+            match (c.origin.as_str(), c.seq <= before_reconcile) {
+                ("webhook", _) => o.webhooks += 1,
+                (_, true) => o.conflicts_settled += 1,
+                (_, false) => o.reconcile += 1,
+            }
+            after = c.seq;
+        }
+        if page.changes.is_empty() || !page.more {
+            return Ok(o);
+        }
+    }
+}
+
 /// The report as a person reads it.
 pub fn print_report(r: &DemoReport) {
     let d = &r.deliveries;
     let answer = |k: &str| d.answers.get(k).copied().unwrap_or(0);
+    let o = &r.origins;
     println!();
     println!("webhook-reconciler demo — seed {}, {}", r.seed, r.database);
     println!(
-        "  sender: {} orders, {} refunds, {} events",
+        "  the sender:          {} orders, {} refunds; {} events (each order's a newer version than the last)",
         r.orders, r.refunds, d.events
     );
     println!(
-        "  deliveries made:            {:>7}  (duplicates {}, concurrent pairs {}, reordered {}, retried after a slow ack {}, after an error {})",
+        "  requests sent:       {:>6}  for {} events; {} events never sent (duplicates {}, concurrent pairs {}, reordered {}, retried after a slow ack {}, after an error {})",
         d.requests,
+        d.events - d.lost,
+        d.lost,
         d.duplicates_sent,
         d.concurrent_duplicates_sent,
         d.reordered,
         d.retried_after_slow_ack,
         d.retried_after_error
     );
-    println!("  applied:                    {:>7}", answer("applied"));
     println!(
-        "  duplicates absorbed:        {:>7}  (answered \"duplicate\": nothing applied twice)",
-        answer("duplicate")
-    );
-    println!(
-        "  stale updates discarded:    {:>7}  (older than the stored version)",
-        answer("stale")
-    );
-    println!(
-        "  conflicts (same version):   {:>7}  (kept, then resolved from the sender's current state)",
+        "  answers the sender saw: applied {}, duplicate {}, stale {}, conflict {} (a slow ack's first answer arrived after the sender gave up)",
+        answer("applied"),
+        answer("duplicate"),
+        answer("stale"),
         answer("conflict")
     );
-    println!("  deliveries lost:            {:>7}  (never sent)", d.lost);
     println!(
-        "  diverged after webhooks:    {:>7}  resources",
-        r.diverged_before_reconcile
+        "  after the webhooks:  {:>6}  of {} resources differ from the sender (a lost event matters only when no later event of its resource arrived)",
+        r.diverged_before_reconcile, r.resources
     );
     if r.reconcile_ran {
         println!(
-            "  repaired by reconciliation: {:>7}  items",
+            "  reconcile wrote:     {:>6}  items (what differed)",
             r.repaired_by_reconcile
         );
     } else {
-        println!("  repaired by reconciliation:       -  (skipped: --no-reconcile)");
+        println!("  reconcile wrote:          -  (skipped: --no-reconcile)");
     }
     println!(
-        "  changes committed:          {:>7}  (one per write that changed a resource)",
-        r.changes
+        "  changes committed:   {:>6}  = {} by webhooks + {} conflicts settled through get + {} by reconcile",
+        r.changes, o.webhooks, o.conflicts_settled, o.reconcile
     );
     println!(
-        "  effects by the application: {:>7}  ({} for changes reconciliation repaired; {} redelivered pushes not performed again)",
-        r.effects.performed, r.effects.from_reconcile, r.effects.redelivered
-    );
-    println!(
-        "  each change acted on once:  {:>7}",
+        "  the application:     {:>6}  changes acted on, each once: {} ({} pushes redelivered and recognised by their webhook-id)",
+        r.effects.performed,
         if r.effects.performed as i64 == r.changes {
             "YES"
         } else {
             "NO"
-        }
+        },
+        r.effects.redelivered
     );
     println!(
-        "  local state equals sender:  {:>7}  ({} of {} resources equal) in {:.1}s",
+        "  local state equals the sender's: {} ({} of {} resources equal); the demo took {:.1}s",
         if r.converged { "YES" } else { "NO" },
         r.resources - r.diverged_at_end,
         r.resources,

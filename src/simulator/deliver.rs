@@ -1,6 +1,7 @@
 //! The sender's delivery engine: sends signed webhooks to a receiver with the faults
-//! real senders have. Which event suffers which fault is decided up front from a seed;
-//! only the interleaving of concurrent requests is left to the machine.
+//! real senders have. Which event suffers which fault is decided up front from a seed,
+//! and one resource's deliveries are sent by one worker in that order; only the
+//! interleaving of different resources is left to the machine.
 //!
 //! - loss: the event is never sent;
 //! - duplicate: sent again later;
@@ -120,20 +121,35 @@ pub async fn deliver(
         }
     }
     let total = plan.len() as u64;
-    let queue = Arc::new(Mutex::new(plan.into_iter().rev().collect::<Vec<_>>()));
+    // Each resource's deliveries go through one worker, in the plan's order, so what
+    // reaches the receiver for one resource (reordered, duplicated, a concurrent pair)
+    // is the seed's doing, not the scheduler's: the outcomes then are too.
+    let workers_n = concurrency.max(1);
+    let mut queues: Vec<Vec<Planned>> = (0..workers_n).map(|_| Vec::new()).collect();
+    for job in plan {
+        let event = match &job {
+            Planned::One { event, .. } | Planned::Pair { event } => event,
+        };
+        let resource = event
+            .pointer("/data/id")
+            .or_else(|| event.get("id"))
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let shard = resource
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        queues[(shard % workers_n as u64) as usize].push(job);
+    }
     let stats = Arc::new(Mutex::new(stats));
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let client = reqwest::Client::new();
-    let workers: Vec<_> = (0..concurrency.max(1))
-        .map(|_| {
-            let (queue, stats, client, done) =
-                (queue.clone(), stats.clone(), client.clone(), done.clone());
+    let workers: Vec<_> = queues
+        .into_iter()
+        .map(|jobs| {
+            let (stats, client, done) = (stats.clone(), client.clone(), done.clone());
             let (url, secret) = (url.to_string(), secret.to_vec());
             tokio::spawn(async move {
-                loop {
-                    let Some(job) = queue.lock().await.pop() else {
-                        break;
-                    };
+                for job in jobs {
                     match job {
                         Planned::One { event, slow_ack } => {
                             attempt_until_acked(&client, &url, &secret, &event, slow_ack, &stats)

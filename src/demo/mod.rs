@@ -456,7 +456,7 @@ pub fn print_report(r: &DemoReport) {
         d.retried_after_error
     );
     println!(
-        "  answers the sender saw: applied {}, duplicate {}, stale {}, conflict {} (a slow ack's first answer arrived after the sender gave up)",
+        "  answers it saw:      applied {}, duplicate {}, stale {}, conflict {} (not the first answer of a slow ack: it came after the sender gave up)",
         answer("applied"),
         answer("duplicate"),
         answer("stale"),
@@ -479,7 +479,7 @@ pub fn print_report(r: &DemoReport) {
         r.changes, o.webhooks, o.conflicts_settled, o.reconcile
     );
     println!(
-        "  the application:     {:>6}  changes acted on, each once: {} ({} pushes redelivered and recognised by their webhook-id)",
+        "  the application:     {:>6}  changes acted on; each once: {} ({} pushes redelivered and recognised by their webhook-id)",
         r.effects.performed,
         if r.effects.performed as i64 == r.changes {
             "YES"
@@ -489,7 +489,7 @@ pub fn print_report(r: &DemoReport) {
         r.effects.redelivered
     );
     println!(
-        "  local state equals the sender's: {} ({} of {} resources equal); the demo took {:.1}s",
+        "  equals the sender:  {:>6}  ({} of {} resources equal); the whole demo took {:.1}s",
         if r.converged { "YES" } else { "NO" },
         r.resources - r.diverged_at_end,
         r.resources,

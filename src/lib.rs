@@ -12,6 +12,7 @@
 //! - each table has one owner: [`store`], [`bookkeeping`], [`feed`];
 //! - configuration: [`config`] (file + env -> validated `Config`), [`cli`], [`app`].
 
+pub mod accounts;
 pub mod app;
 pub mod bookkeeping;
 pub mod change;

@@ -100,7 +100,8 @@ pub enum Command {
         allow_mass_delete: bool,
     },
     /// Make secrets: `secret new` prints a fresh Standard Webhooks key (whsec_ + 32
-    /// random bytes in base64), for a consumer's `secret` or a sender that takes one.
+    /// random bytes in base64), for a consumer's `secret`; `--raw` without whsec_, for
+    /// accounts.key.
     Secret {
         #[command(subcommand)]
         action: SecretAction,
@@ -121,7 +122,11 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum SecretAction {
     /// Print a new whsec_ key on stdout (nothing else is written).
-    New,
+    New {
+        /// 32 random bytes in plain base64, without whsec_ (for accounts.key).
+        #[arg(long)]
+        raw: bool,
+    },
 }
 
 /// `demo` flags.
@@ -239,11 +244,18 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Completions { shell } => Some(generate::completions(*shell)),
         Command::Man { dir } => Some(generate::man(dir.as_deref())),
         Command::Secret {
-            action: SecretAction::New,
+            action: SecretAction::New { raw: false },
         } => {
             println!("{}", crate::signature::new_secret());
             Some(Ok(()))
         }
+        Command::Secret {
+            action: SecretAction::New { raw: true },
+        } => Some(
+            crate::accounts::credential::new_key()
+                .map(|key| println!("{key}"))
+                .map_err(anyhow::Error::from),
+        ),
         _ => None,
     };
     if let Some(result) = generated {

@@ -10,6 +10,7 @@
 pub mod budget;
 mod date;
 mod error;
+pub mod github_app;
 pub mod link;
 pub mod page;
 mod path;

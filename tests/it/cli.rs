@@ -465,4 +465,10 @@ fn secret_new_prints_a_fresh_key_that_a_consumer_accepts() {
     ))
     .unwrap();
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // --raw: 32 random bytes in base64, what accounts.key takes.
+    let out = bin().args(["secret", "new", "--raw"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let raw = String::from_utf8(out.stdout).unwrap();
+    assert!(!raw.starts_with("whsec_"));
+    webhook_reconciler::accounts::credential::AccountsKey::from_base64(&raw).unwrap();
 }

@@ -10,6 +10,7 @@ mod helpers;
 mod cli;
 mod demo;
 mod feed;
+mod github_app;
 mod hostile_deliveries;
 mod hostile_sender;
 mod input_limits;

@@ -89,3 +89,88 @@ pub(super) fn github(
         _ => missing(),
     }
 }
+
+/// A GitHub App as GitHub sees it: its id, its public key, its installations.
+pub(super) struct App {
+    app_id: String,
+    key: jsonwebtoken::DecodingKey,
+    installations: Vec<String>,
+    token_lifetime: i64,
+    pub(super) minted: Vec<(String, String)>,
+}
+
+impl App {
+    pub(super) fn new(
+        app_id: &str,
+        public_key_pem: &str,
+        installations: &[&str],
+        token_lifetime: i64,
+    ) -> Result<App, String> {
+        Ok(App {
+            app_id: app_id.to_string(),
+            key: jsonwebtoken::DecodingKey::from_rsa_pem(public_key_pem.as_bytes())
+                .map_err(|e| format!("the App's public key is not PEM: {e}"))?,
+            installations: installations.iter().map(|i| i.to_string()).collect(),
+            token_lifetime,
+            minted: Vec::new(),
+        })
+    }
+}
+
+/// `POST /app/installations/{id}/access_tokens`: the App's JWT (RS256, its `iss`, at
+/// most 10 minutes long) for a token of that installation, as GitHub answers it.
+pub(super) fn mint(
+    app: &mut Option<App>,
+    installation: &str,
+    headers: &axum::http::HeaderMap,
+    now: i64,
+    counter: u64,
+) -> Response {
+    let refuse = |status: axum::http::StatusCode, message: &str| {
+        (status, axum::Json(json!({"message": message}))).into_response()
+    };
+    let Some(app) = app.as_mut() else {
+        return refuse(axum::http::StatusCode::NOT_FOUND, "Not Found");
+    };
+    let jwt = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    #[derive(serde::Deserialize)]
+    struct Claims {
+        iat: i64,
+        exp: i64,
+    }
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256);
+    validation.set_required_spec_claims(&["exp", "iss"]);
+    validation.set_issuer(&[app.app_id.as_str()]);
+    let claims = match jsonwebtoken::decode::<Claims>(jwt, &app.key, &validation) {
+        Ok(c) => c.claims,
+        Err(_) => {
+            return refuse(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "A JSON web token could not be decoded",
+            );
+        }
+    };
+    if claims.exp - claims.iat > 600 || claims.iat > now + 60 {
+        return refuse(
+            axum::http::StatusCode::UNAUTHORIZED,
+            "'Expiration time' claim ('exp') is too far in the future",
+        );
+    }
+    if !app.installations.iter().any(|i| i == installation) {
+        return refuse(axum::http::StatusCode::NOT_FOUND, "Not Found");
+    }
+    let token = format!("ghs_sim{counter:0>30}");
+    app.minted.push((installation.to_string(), token.clone()));
+    let expires_at = chrono::DateTime::from_timestamp(now + app.token_lifetime, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    (
+        axum::http::StatusCode::CREATED,
+        axum::Json(json!({"token": token, "expires_at": expires_at, "permissions": {"issues": "read", "pull_requests": "read"}, "repository_selection": "all"})),
+    )
+        .into_response()
+}

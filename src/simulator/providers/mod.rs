@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -84,6 +84,8 @@ struct World {
     refused: u64,
     /// The credential header of every request.
     credentials: Vec<Option<String>>,
+    /// GitHub: the App whose installations may exchange a JWT for a token.
+    app: Option<github::App>,
 }
 
 /// The running simulated provider. Dropping it stops the server.
@@ -174,6 +176,7 @@ impl ProviderSim {
             get_requests: 0,
             refused: 0,
             credentials: Vec::new(),
+            app: None,
         }));
         let app = Router::new().fallback(serve).with_state(world.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -186,6 +189,29 @@ impl ProviderSim {
             world,
             server,
         })
+    }
+
+    /// GitHub: an App (its id and public key, PEM) with these installations; its
+    /// tokens live `token_lifetime` seconds.
+    pub fn enable_app(
+        &self,
+        app_id: &str,
+        public_key_pem: &str,
+        installations: &[&str],
+        token_lifetime: i64,
+    ) -> Result<(), String> {
+        let app = github::App::new(app_id, public_key_pem, installations, token_lifetime)?;
+        lock(&self.world).app = Some(app);
+        Ok(())
+    }
+
+    /// GitHub: the installation tokens minted so far, as (installation, token).
+    pub fn minted_tokens(&self) -> Vec<(String, String)> {
+        lock(&self.world)
+            .app
+            .as_ref()
+            .map(|a| a.minted.clone())
+            .unwrap_or_default()
     }
 
     /// The `api_base` to configure.
@@ -402,11 +428,26 @@ fn new_object(provider: Provider, collection: &str, id: &str, now: i64) -> Value
 
 async fn serve(
     State(world): State<Arc<Mutex<World>>>,
+    method: Method,
     uri: Uri,
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
     let mut w = lock(&world);
+    if method == Method::POST {
+        if let (Provider::Github, Some(installation)) = (
+            w.provider,
+            uri.path()
+                .strip_prefix("/app/installations/")
+                .and_then(|r| r.strip_suffix("/access_tokens")),
+        ) {
+            let now = w.now();
+            let counter = w.next();
+            let answer = github::mint(&mut w.app, installation, &headers, now, counter);
+            return with_headers(answer, &w, &[]);
+        }
+        return (StatusCode::METHOD_NOT_ALLOWED, "").into_response();
+    }
     let credential = match w.provider {
         Provider::Shopify => headers.get("X-Shopify-Access-Token"),
         _ => headers.get(header::AUTHORIZATION),

@@ -626,3 +626,74 @@ async fn shopify_converges_within_its_call_bucket_and_finds_deletions_by_sweepin
             .all(|c| c.as_deref() == Some("tok_shopify_secret"))
     );
 }
+
+/// The simulated Stripe serves Connect accounts as Stripe does: `Stripe-Account` picks
+/// the account whose objects and events a request sees (the same id in two accounts is
+/// two objects), and a connected account's event names it in its signed body.
+#[tokio::test]
+async fn the_simulated_stripe_scopes_objects_and_events_by_connect_account() {
+    let sim = ProviderSim::start(Provider::Stripe, "whsec_x")
+        .await
+        .unwrap();
+    let a = sim.change_in(
+        "acct_1",
+        "customers",
+        "cus_1",
+        json!({"name": "in one"}),
+        "customer.created",
+    );
+    sim.change_in(
+        "acct_2",
+        "customers",
+        "cus_1",
+        json!({"name": "in two"}),
+        "customer.created",
+    );
+    let own = sim.change(
+        "customers",
+        "cus_P",
+        json!({"name": "platform"}),
+        "customer.created",
+    );
+    let body: Value = serde_json::from_str(&a.body).unwrap();
+    assert_eq!(body["account"], "acct_1");
+    assert!(
+        serde_json::from_str::<Value>(&own.body)
+            .unwrap()
+            .get("account")
+            .is_none()
+    );
+    let client = reqwest::Client::new();
+    let get = |path: &str, account: Option<&str>| {
+        let mut r = client.get(format!("{}{path}", sim.api_base()));
+        if let Some(a) = account {
+            r = r.header("Stripe-Account", a);
+        }
+        async move { r.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let names = |page: Value| -> Vec<String> {
+        page["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(get("/v1/customers", Some("acct_1")).await),
+        ["in one"]
+    );
+    assert_eq!(
+        names(get("/v1/customers", Some("acct_2")).await),
+        ["in two"]
+    );
+    assert_eq!(names(get("/v1/customers", None).await), ["platform"]);
+    assert_eq!(
+        get("/v1/customers/cus_1", Some("acct_2")).await["name"],
+        "in two"
+    );
+    let events = get("/v1/events", Some("acct_2")).await;
+    assert_eq!(events["data"].as_array().unwrap().len(), 1);
+    assert_eq!(events["data"][0]["account"], "acct_2");
+    assert_eq!(sim.objects_in("acct_1", "customers").len(), 1);
+}

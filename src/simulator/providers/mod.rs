@@ -128,6 +128,16 @@ impl World {
     }
 }
 
+/// The collection of `account` (Stripe Connect) as the world keeps it: the platform's
+/// own under its name, a connected account's under `acct_..:name`.
+fn scoped(account: &str, collection: &str) -> String {
+    if account.is_empty() {
+        collection.to_string()
+    } else {
+        format!("{account}:{collection}")
+    }
+}
+
 /// RFC 9110 IMF-fixdate.
 fn http_date(secs: i64) -> String {
     chrono::DateTime::from_timestamp(secs, 0)
@@ -254,12 +264,29 @@ impl ProviderSim {
     /// `what` is Stripe's event type (`customer.updated`), GitHub's action (`edited`)
     /// or Shopify's topic (`orders/updated`).
     pub fn change(&self, collection: &str, id: &str, fields: Value, what: &str) -> Webhook {
+        self.change_in("", collection, id, fields, what)
+    }
+
+    /// [`ProviderSim::change`] in a Stripe Connect account (`acct_..`; `""` is the
+    /// platform's own): the object lives in that account's collection, served to
+    /// requests with `Stripe-Account: acct_..`, and its event names the account in its
+    /// top-level `account` (inside the signed body), as Stripe's Connect events do. The
+    /// other providers have one account: `account` must be `""` for them.
+    pub fn change_in(
+        &self,
+        account: &str,
+        collection: &str,
+        id: &str,
+        fields: Value,
+        what: &str,
+    ) -> Webhook {
+        let stored = scoped(account, collection);
         let mut w = lock(&self.world);
         let now = w.now();
         let key = w.key(id);
         let mut object = w
             .objects
-            .get(collection)
+            .get(&stored)
             .and_then(|c| c.get(&key))
             .cloned()
             .unwrap_or_else(|| new_object(w.provider, collection, id, now));
@@ -274,7 +301,7 @@ impl ProviderSim {
             Provider::Shopify => object["updated_at"] = json!(rfc3339(now)),
         }
         w.objects
-            .entry(collection.to_string())
+            .entry(stored)
             .or_default()
             .insert(key, object.clone());
         let n = w.next();
@@ -292,6 +319,10 @@ impl ProviderSim {
                     "request": {"id": format!("req_{n}"), "idempotency_key": null},
                     "type": what,
                 });
+                let mut event = event;
+                if !account.is_empty() {
+                    event["account"] = json!(account);
+                }
                 w.events.push(event.clone());
                 let body = event.to_string();
                 let signature = sign::stripe(&secret, real_now(), body.as_bytes());
@@ -350,6 +381,12 @@ impl ProviderSim {
 
     /// Removes an object (deleted at the sender), without a webhook.
     pub fn remove(&self, collection: &str, id: &str) {
+        self.remove_in("", collection, id);
+    }
+
+    /// Removes an object of a Stripe Connect account.
+    pub fn remove_in(&self, account: &str, collection: &str, id: &str) {
+        let collection = &scoped(account, collection);
         let mut w = lock(&self.world);
         let key = w.key(id);
         if let Some(c) = w.objects.get_mut(collection) {
@@ -359,6 +396,12 @@ impl ProviderSim {
 
     /// A collection's objects as served, by id.
     pub fn objects(&self, collection: &str) -> BTreeMap<String, Value> {
+        self.objects_in("", collection)
+    }
+
+    /// A Stripe Connect account's objects of a collection, by id.
+    pub fn objects_in(&self, account: &str, collection: &str) -> BTreeMap<String, Value> {
+        let collection = &scoped(account, collection);
         let w = lock(&self.world);
         let id_of = |o: &Value| match w.provider {
             Provider::Github => o["number"].to_string(),
@@ -465,8 +508,13 @@ async fn serve(
         return with_headers(refusal, &w, &extra);
     }
     let path = uri.path().to_string();
+    let account = headers
+        .get("Stripe-Account")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let response = match w.provider {
-        Provider::Stripe => stripe(&mut w, &path, &q),
+        Provider::Stripe => stripe(&mut w, &path, &q, &account),
         Provider::Github => github(&mut w, &path, &q, &host),
         Provider::Shopify => shopify(&mut w, &path, &q, &host),
     };

@@ -6,9 +6,15 @@ use std::collections::HashMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{World, limit, not_found};
+use super::{World, limit, not_found, scoped};
 
-pub(super) fn stripe(w: &mut World, path: &str, q: &HashMap<String, String>) -> Response {
+/// `account`: the request's `Stripe-Account` (`""`: the platform's own objects).
+pub(super) fn stripe(
+    w: &mut World,
+    path: &str,
+    q: &HashMap<String, String>,
+    account: &str,
+) -> Response {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let missing = || {
         not_found(
@@ -28,6 +34,7 @@ pub(super) fn stripe(w: &mut World, path: &str, q: &HashMap<String, String>) -> 
                 .iter()
                 .rev()
                 .filter(|e| e["created"].as_i64().unwrap_or(0) >= since)
+                .filter(|e| e["account"].as_str().unwrap_or_default() == account)
                 .collect();
             let start = match q.get("starting_after") {
                 Some(after) => match newest_first.iter().position(|e| e["id"] == **after) {
@@ -51,7 +58,7 @@ pub(super) fn stripe(w: &mut World, path: &str, q: &HashMap<String, String>) -> 
         }
         ["v1", collection] => {
             w.list_requests += 1;
-            let Some(objects) = w.objects.get(*collection) else {
+            let Some(objects) = w.objects.get(&scoped(account, collection)) else {
                 return axum::Json(
                     json!({"object": "list", "url": path, "has_more": false, "data": []}),
                 )
@@ -77,7 +84,11 @@ pub(super) fn stripe(w: &mut World, path: &str, q: &HashMap<String, String>) -> 
         }
         ["v1", collection, id] => {
             w.get_requests += 1;
-            match w.objects.get(*collection).and_then(|c| c.get(*id)) {
+            match w
+                .objects
+                .get(&scoped(account, collection))
+                .and_then(|c| c.get(*id))
+            {
                 Some(o) => axum::Json(o.clone()).into_response(),
                 None => missing(),
             }

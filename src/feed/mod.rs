@@ -29,6 +29,8 @@ pub use sql::Lag;
 pub struct FeedChange {
     pub seq: i64,
     pub source: String,
+    /// The account of a many-account source; `""` for a single-account one.
+    pub account: String,
     pub kind: String,
     pub id: String,
     pub version: i64,
@@ -62,6 +64,7 @@ impl TryFrom<ChangeRow> for FeedChange {
         Ok(FeedChange {
             seq: r.seq,
             source: r.source,
+            account: r.account,
             kind: r.kind,
             id: r.id,
             version: r.version,

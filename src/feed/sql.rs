@@ -39,9 +39,9 @@ pub(crate) fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
                 query(
                     Backend::Postgres,
                     "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
-                     RETURNING pending_id, source, kind, id, version, deleted, state, origin, event_id) \
-                     INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
-                     SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, kind, id, version, deleted, state, origin, event_id \
+                     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id) \
+                     INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
+                     SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, account, kind, id, version, deleted, state, origin, event_id \
                      FROM moved",
                 )
                 .bind::<BigInt, _>(last - n),
@@ -70,8 +70,8 @@ pub(crate) fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
             prepared(
                 query(
                     b,
-                    "INSERT INTO changes (seq, source, kind, id, version, deleted, state, origin, event_id) \
-                     SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, kind, id, version, deleted, state, origin, event_id \
+                    "INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
+                     SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, account, kind, id, version, deleted, state, origin, event_id \
                      FROM change_pending",
                 )
                 .bind::<BigInt, _>(last - n),
@@ -110,6 +110,9 @@ pub struct ChangeRow {
     pub seq: i64,
     #[diesel(sql_type = Text)]
     pub source: String,
+    /// `''` for a single-account source.
+    #[diesel(sql_type = Text)]
+    pub account: String,
     #[diesel(sql_type = Text)]
     pub kind: String,
     #[diesel(sql_type = Text)]
@@ -173,7 +176,7 @@ pub(crate) fn changes_after(
     let q = query(
         b,
         &format!(
-            "SELECT seq, source, kind, id, version, deleted, {state}, origin, event_id, {} AS changed_at, listed \
+            "SELECT seq, source, account, kind, id, version, deleted, {state}, origin, event_id, {} AS changed_at, listed \
              FROM (SELECT c.*, SUM({bytes}) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) - {bytes} AS before, \
                    COUNT(*) OVER () AS listed \
                    FROM (SELECT * FROM changes WHERE seq > $1{} ORDER BY seq LIMIT $2) c) t \

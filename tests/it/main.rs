@@ -15,6 +15,7 @@ mod hostile_deliveries;
 mod hostile_sender;
 mod input_limits;
 mod listener;
+mod migrations;
 mod operations;
 mod process;
 mod properties;

@@ -231,3 +231,28 @@ impl Drop for TestDb {
         }
     }
 }
+
+impl TestDb {
+    /// Applies the shipped migrations but the last `leave` (a database as an earlier
+    /// release left it), through the migration files themselves.
+    pub fn migrate_all_but(&self, leave: usize) {
+        use diesel_migrations::{FileBasedMigrations, MigrationHarness};
+        let dir = |b: &str| format!("{}/migrations/{b}", env!("CARGO_MANIFEST_DIR"));
+        match self.backend {
+            Backend::Postgres => {
+                let files = FileBasedMigrations::from_path(dir("postgres")).unwrap();
+                let mut c = PgConnection::establish(&self.url).unwrap();
+                while c.pending_migrations(files.clone()).unwrap().len() > leave {
+                    c.run_next_migration(files.clone()).unwrap();
+                }
+            }
+            Backend::Sqlite => {
+                let files = FileBasedMigrations::from_path(dir("sqlite")).unwrap();
+                let mut c = SqliteConnection::establish(self.sqlite_path()).unwrap();
+                while c.pending_migrations(files.clone()).unwrap().len() > leave {
+                    c.run_next_migration(files.clone()).unwrap();
+                }
+            }
+        }
+    }
+}

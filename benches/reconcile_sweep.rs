@@ -318,7 +318,7 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
                     let placeholders: Vec<String> =
                         (0..ids.len()).map(|i| format!("${}", i + 3)).collect();
                     let sql = format!(
-                        "SELECT id, version, state::text AS state FROM resources WHERE source = $1 AND kind = $2 AND id IN ({})",
+                        "SELECT id, version, state::text AS state FROM resources WHERE source = $1 AND account = '' AND kind = $2 AND id IN ({})",
                         placeholders.join(",")
                     );
                     let mut q = diesel::sql_query(sql)
@@ -336,7 +336,7 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
                         .collect();
                     let sql = format!(
                         "INSERT INTO resources (source, kind, id, version, state, origin) VALUES {} \
-                         ON CONFLICT (source, kind, id) DO UPDATE SET version = excluded.version, state = excluded.state, \
+                         ON CONFLICT (source, account, kind, id) DO UPDATE SET version = excluded.version, state = excluded.state, \
                          origin = excluded.origin, updated_at = now() WHERE resources.version < excluded.version",
                         values.join(",")
                     );

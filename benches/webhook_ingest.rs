@@ -319,6 +319,7 @@ fn pgbench_scripts(dir: &std::path::Path, group: usize) -> Vec<(std::path::PathB
     let upsert_row = |k: usize| {
         vec![
             "'shop'".to_string(),
+            "''".to_string(),
             "'refund'".to_string(),
             format!("('re_' || :client_id || '_' || :n || '_{k}')"),
             "0".to_string(),

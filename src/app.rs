@@ -283,7 +283,14 @@ async fn resolve_conflicts(
     cancel: CancellationToken,
 ) {
     loop {
-        let ResourceKey { source, kind, id } = tokio::select! {
+        // Conflicts are resolved through the source's own `get`; a many-account source's
+        // conflicts wait for the account's next reconcile.
+        let ResourceKey {
+            source,
+            account,
+            kind,
+            id,
+        } = tokio::select! {
             () = cancel.cancelled() => return,
             next = conflicts.recv() => match next {
                 Some(k) => {
@@ -293,6 +300,16 @@ async fn resolve_conflicts(
                 None => return,
             },
         };
+        if !account.is_empty() {
+            tracing::debug!(
+                source,
+                account,
+                kind,
+                id,
+                "conflict in an account left to its next reconcile"
+            );
+            continue;
+        }
         match reconciler.resolve(&source, &kind, &id).await {
             Ok(true) => tracing::info!(
                 source,

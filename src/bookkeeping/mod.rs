@@ -113,16 +113,10 @@ pub struct Fence {
 impl Fence {
     /// `Ok(Err(_))` when the lease is no longer ours: the caller writes nothing.
     pub(crate) fn check(&self, conn: &mut Conn) -> diesel::QueryResult<Result<(), LeaseLost>> {
-        if sql::renew_lease(
-            conn,
-            &self.key.source,
-            &self.key.kind,
-            &self.holder,
-            self.ttl.as_secs_f64(),
-        )? {
+        if sql::renew_lease(conn, &self.key, &self.holder, self.ttl.as_secs_f64())? {
             return Ok(Ok(()));
         }
-        let now = sql::current_lease(conn, &self.key.source, &self.key.kind)?;
+        let now = sql::current_lease(conn, &self.key)?;
         Ok(Err(LeaseLost(
             now.map_or_else(|| "nobody".to_string(), |(h, _)| h),
         )))
@@ -163,8 +157,7 @@ impl PageMark {
     pub(crate) fn record(&self, conn: &mut Conn, applied: usize) -> diesel::QueryResult<()> {
         sql::set_checkpoint(
             conn,
-            &self.fence.key.source,
-            &self.fence.key.kind,
+            &self.fence.key,
             self.resume_at.as_ref().map(|(p, t)| (p.as_str(), *t)),
         )?;
         let mut counts = self.counts;
@@ -197,24 +190,19 @@ impl Bookkeeping {
     /// its holder is a process of this host that no longer runs (killed, crashed): that
     /// one is replaced at once instead of after its lease expires.
     pub async fn acquire_lease(&self, key: &Key, ttl: Duration) -> Result<Lease, DbError> {
-        let (s, k, me) = (key.source.clone(), key.kind.clone(), self.holder.clone());
+        let (k, me) = (key.clone(), self.holder.clone());
         let (holder, expires_at) = self
             .db
-            .write(move |c| sql::acquire_lease(c, &s, &k, &me, ttl.as_secs_f64()))
+            .write(move |c| sql::acquire_lease(c, &k, &me, ttl.as_secs_f64()))
             .await?;
         if holder == self.holder {
             return Ok(Lease::Acquired);
         }
         if holder_is_gone(&holder) {
-            let (s, k, me, dead) = (
-                key.source.clone(),
-                key.kind.clone(),
-                self.holder.clone(),
-                holder.clone(),
-            );
+            let (k, me, dead) = (key.clone(), self.holder.clone(), holder.clone());
             let taken = self
                 .db
-                .write(move |c| sql::take_over_lease(c, &s, &k, &dead, &me, ttl.as_secs_f64()))
+                .write(move |c| sql::take_over_lease(c, &k, &dead, &me, ttl.as_secs_f64()))
                 .await?;
             if taken {
                 tracing::warn!(
@@ -269,26 +257,24 @@ impl Bookkeeping {
 
     /// Extends our lease by `ttl`; false when it is no longer ours.
     pub async fn renew_lease(&self, key: &Key, ttl: Duration) -> Result<bool, DbError> {
-        let (s, k, me) = (key.source.clone(), key.kind.clone(), self.holder.clone());
+        let (k, me) = (key.clone(), self.holder.clone());
         self.db
-            .write(move |c| sql::renew_lease(c, &s, &k, &me, ttl.as_secs_f64()))
+            .write(move |c| sql::renew_lease(c, &k, &me, ttl.as_secs_f64()))
             .await
     }
 
     /// Gives the lease up (if it is still ours).
     pub async fn release_lease(&self, key: &Key) -> Result<(), DbError> {
-        let (s, k, me) = (key.source.clone(), key.kind.clone(), self.holder.clone());
-        self.db
-            .write(move |c| sql::release_lease(c, &s, &k, &me))
-            .await
+        let (k, me) = (key.clone(), self.holder.clone());
+        self.db.write(move |c| sql::release_lease(c, &k, &me)).await
     }
 
     /// Records a run's start (and marks runs of the kind whose process died
     /// `abandoned`; the caller holds the lease).
     pub async fn start_run(&self, key: &Key, mode: Mode) -> Result<RunId, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let k = key.clone();
         self.db
-            .write(move |c| sql::start_run(c, &s, &k, mode))
+            .write(move |c| sql::start_run(c, &k, mode))
             .await
             .map(RunId)
     }
@@ -313,12 +299,12 @@ impl Bookkeeping {
         key: &Key,
         full_every: Duration,
     ) -> Result<SweepPosition, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let k = key.clone();
         self.db
             .read(move |c| {
                 Ok(SweepPosition {
-                    checkpoint: sql::checkpoint(c, &s, &k)?,
-                    state: sql::sweep_state(c, &s, &k, full_every.as_secs_f64())?,
+                    checkpoint: sql::checkpoint(c, &k)?,
+                    state: sql::sweep_state(c, &k, full_every.as_secs_f64())?,
                     now: sql::db_now(c)?,
                 })
             })
@@ -327,9 +313,9 @@ impl Bookkeeping {
 
     /// Forgets an unfinished sweep (its resume point no longer works).
     pub async fn clear_checkpoint(&self, key: &Key) -> Result<(), DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let k = key.clone();
         self.db
-            .write(move |c| sql::set_checkpoint(c, &s, &k, None))
+            .write(move |c| sql::set_checkpoint(c, &k, None))
             .await
     }
 
@@ -341,9 +327,9 @@ impl Bookkeeping {
         watermark: Option<i64>,
         full_sweep_started: Option<DbTime>,
     ) -> Result<(), DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let k = key.clone();
         self.db
-            .write(move |c| sql::save_sweep_state(c, &s, &k, watermark, full_sweep_started))
+            .write(move |c| sql::save_sweep_state(c, &k, watermark, full_sweep_started))
             .await
     }
 
@@ -375,10 +361,8 @@ impl Bookkeeping {
 
     /// The kind's latest `limit` runs, newest first.
     pub async fn recent_runs(&self, key: &Key, limit: i64) -> Result<Vec<RunRow>, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
-        self.db
-            .read(move |c| sql::recent_runs(c, &s, &k, limit))
-            .await
+        let k = key.clone();
+        self.db.read(move |c| sql::recent_runs(c, &k, limit)).await
     }
 
     /// The last retention pass, if any.

@@ -5,6 +5,7 @@ use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Nullable, Text};
 
 use super::{Mode, RunCounts, RunState};
+use crate::change::Key;
 use crate::db::sql::{
     RunId, TextValue, age_secs, display_time, minus_seconds, now, plus_seconds, prepared, query,
     ts_param, ts_text,
@@ -26,30 +27,26 @@ pub(crate) fn db_now(conn: &mut Conn) -> diesel::QueryResult<DbTime> {
 /// Records the start of a run; returns its id. Runs of the same kind still marked
 /// `running` (their process died) become `abandoned`; the caller holds the lease, so
 /// no live run of the kind can be among them.
-pub(crate) fn start_run(
-    conn: &mut Conn,
-    source: &str,
-    kind: &str,
-    mode: Mode,
-) -> diesel::QueryResult<i64> {
+pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::QueryResult<i64> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
             "UPDATE reconcile_runs SET status = 'abandoned', finished_at = {}, error = 'the process running it stopped before it finished' \
-             WHERE source = $1 AND kind = $2 AND status = 'running'",
+             WHERE source = $1 AND kind = $2 AND account = $3 AND status = 'running'",
             now(b)
         ),
     );
-    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
+    on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.as_str()).execute(c))?;
     let q = query(
         b,
-        "INSERT INTO reconcile_runs (source, kind, mode, status) VALUES ($1, $2, $3, 'running') RETURNING id",
+        "INSERT INTO reconcile_runs (source, kind, mode, status, account) VALUES ($1, $2, $3, 'running', $4) RETURNING id",
     );
     let r: RunId = on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(mode.as_str())
+        .bind::<Text, _>(key.account.as_str())
         .get_result(c))?;
     Ok(r.id)
 }
@@ -107,8 +104,7 @@ struct LeaseRow {
 /// Returns the holder after the call (`holder` when taken) and when its lease expires.
 pub(crate) fn acquire_lease(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     holder: &str,
     ttl_secs: f64,
 ) -> diesel::QueryResult<(String, DbTime)> {
@@ -116,39 +112,40 @@ pub(crate) fn acquire_lease(
     let q = query(
         b,
         &format!(
-            "INSERT INTO reconcile_leases (source, kind, holder, expires_at) VALUES ($1, $2, $3, {}) \
-             ON CONFLICT (source, kind) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+            "INSERT INTO reconcile_leases (source, kind, holder, expires_at, account) VALUES ($1, $2, $3, {}, $5) \
+             ON CONFLICT (source, account, kind) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
              WHERE reconcile_leases.expires_at < {} OR reconcile_leases.holder = excluded.holder",
             plus_seconds(b, 4),
             now(b)
         ),
     );
     on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(holder)
         .bind::<Double, _>(ttl_secs)
+        .bind::<Text, _>(key.account.as_str())
         .execute(c))?;
-    current_lease(conn, source, kind)?.ok_or(diesel::result::Error::NotFound)
+    current_lease(conn, key)?.ok_or(diesel::result::Error::NotFound)
 }
 
 /// Who holds the lease of a (source, kind), and until when.
 pub(crate) fn current_lease(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
 ) -> diesel::QueryResult<Option<(String, DbTime)>> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
-            "SELECT holder, {} AS expires_at FROM reconcile_leases WHERE source = $1 AND kind = $2",
+            "SELECT holder, {} AS expires_at FROM reconcile_leases WHERE source = $1 AND kind = $2 AND account = $3",
             ts_text(b, "expires_at")
         ),
     );
     let mut rows: Vec<LeaseRow> = on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(key.account.as_str())
         .load(c))?;
     rows.pop()
         .map(|r| Ok((r.holder, DbTime::parse(&r.expires_at)?)))
@@ -159,8 +156,7 @@ pub(crate) fn current_lease(
 /// `dead == holder` renews); false when the lease has meanwhile moved on.
 pub(crate) fn take_over_lease(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     dead: &str,
     holder: &str,
     ttl_secs: f64,
@@ -169,17 +165,18 @@ pub(crate) fn take_over_lease(
     let q = query(
         b,
         &format!(
-            "UPDATE reconcile_leases SET holder = $4, expires_at = {} WHERE source = $1 AND kind = $2 AND holder = $3",
+            "UPDATE reconcile_leases SET holder = $4, expires_at = {} WHERE source = $1 AND kind = $2 AND holder = $3 AND account = $6",
             plus_seconds(b, 5)
         ),
     );
     // Prepared: a renewal fences every reconcile page.
     let n = on_conn!(conn, c => prepared(q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(dead)
         .bind::<Text, _>(holder)
-        .bind::<Double, _>(ttl_secs))
+        .bind::<Double, _>(ttl_secs)
+        .bind::<Text, _>(key.account.as_str()))
         .execute(c))?;
     Ok(n == 1)
 }
@@ -187,28 +184,23 @@ pub(crate) fn take_over_lease(
 /// Extends our lease; false when it is no longer ours (it expired and was taken).
 pub(crate) fn renew_lease(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     holder: &str,
     ttl_secs: f64,
 ) -> diesel::QueryResult<bool> {
-    take_over_lease(conn, source, kind, holder, holder, ttl_secs)
+    take_over_lease(conn, key, holder, holder, ttl_secs)
 }
 
-pub(crate) fn release_lease(
-    conn: &mut Conn,
-    source: &str,
-    kind: &str,
-    holder: &str,
-) -> diesel::QueryResult<()> {
+pub(crate) fn release_lease(conn: &mut Conn, key: &Key, holder: &str) -> diesel::QueryResult<()> {
     let q = query(
         conn.backend(),
-        "DELETE FROM reconcile_leases WHERE source = $1 AND kind = $2 AND holder = $3",
+        "DELETE FROM reconcile_leases WHERE source = $1 AND kind = $2 AND holder = $3 AND account = $4",
     );
     on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(holder)
+        .bind::<Text, _>(key.account.as_str())
         .execute(c))?;
     Ok(())
 }
@@ -229,22 +221,19 @@ pub struct Checkpoint {
     pub sweep_started_at: DbTime,
 }
 
-pub(crate) fn checkpoint(
-    conn: &mut Conn,
-    source: &str,
-    kind: &str,
-) -> diesel::QueryResult<Option<Checkpoint>> {
+pub(crate) fn checkpoint(conn: &mut Conn, key: &Key) -> diesel::QueryResult<Option<Checkpoint>> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
-            "SELECT position, {} AS sweep_started_at FROM reconcile_checkpoints WHERE source = $1 AND kind = $2",
+            "SELECT position, {} AS sweep_started_at FROM reconcile_checkpoints WHERE source = $1 AND kind = $2 AND account = $3",
             ts_text(b, "sweep_started_at")
         ),
     );
     let mut rows: Vec<CheckpointRow> = on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(key.account.as_str())
         .load(c))?;
     rows.pop()
         .map(|r| {
@@ -259,8 +248,7 @@ pub(crate) fn checkpoint(
 /// Records (`Some`) or clears (`None`) where the current sweep is.
 pub(crate) fn set_checkpoint(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     at: Option<(&str, DbTime)>,
 ) -> diesel::QueryResult<()> {
     let b = conn.backend();
@@ -269,8 +257,8 @@ pub(crate) fn set_checkpoint(
             let q = query(
                 b,
                 &format!(
-                    "INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at) VALUES ($1, $2, $3, {}) \
-                     ON CONFLICT (source, kind) DO UPDATE SET position = excluded.position, \
+                    "INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at, account) VALUES ($1, $2, $3, {}, $5) \
+                     ON CONFLICT (source, account, kind) DO UPDATE SET position = excluded.position, \
                      sweep_started_at = excluded.sweep_started_at, updated_at = {}",
                     ts_param(b, 4),
                     now(b)
@@ -278,18 +266,19 @@ pub(crate) fn set_checkpoint(
             );
             // Prepared: every reconcile page moves its checkpoint.
             on_conn!(conn, c => prepared(q
-                .bind::<Text, _>(source)
-                .bind::<Text, _>(kind)
+                .bind::<Text, _>(key.source.as_str())
+                .bind::<Text, _>(key.kind.as_str())
                 .bind::<Text, _>(position)
-                .bind::<Text, _>(sweep_started_at.to_db(b)))
+                .bind::<Text, _>(sweep_started_at.to_db(b))
+                .bind::<Text, _>(key.account.as_str()))
                 .execute(c))?;
         }
         None => {
             let q = query(
                 b,
-                "DELETE FROM reconcile_checkpoints WHERE source = $1 AND kind = $2",
+                "DELETE FROM reconcile_checkpoints WHERE source = $1 AND kind = $2 AND account = $3",
             );
-            on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))?;
+            on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.as_str()).execute(c))?;
         }
     }
     Ok(())
@@ -307,22 +296,22 @@ pub struct SweepState {
 
 pub(crate) fn sweep_state(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     full_every_secs: f64,
 ) -> diesel::QueryResult<SweepState> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
-            "SELECT watermark, (last_full_at IS NULL OR last_full_at < {}) AS full_due FROM reconcile_state WHERE source = $1 AND kind = $2",
+            "SELECT watermark, (last_full_at IS NULL OR last_full_at < {}) AS full_due FROM reconcile_state WHERE source = $1 AND kind = $2 AND account = $4",
             crate::db::sql::minus_seconds(b, 3)
         ),
     );
     let mut rows: Vec<SweepState> = on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Double, _>(full_every_secs)
+        .bind::<Text, _>(key.account.as_str())
         .load(c))?;
     Ok(rows.pop().unwrap_or(SweepState {
         watermark: None,
@@ -334,8 +323,7 @@ pub(crate) fn sweep_state(
 /// when that sweep began.
 pub(crate) fn save_sweep_state(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     watermark: Option<i64>,
     full_sweep_started: Option<DbTime>,
 ) -> diesel::QueryResult<()> {
@@ -343,8 +331,8 @@ pub(crate) fn save_sweep_state(
     let q = query(
         b,
         &format!(
-            "INSERT INTO reconcile_state (source, kind, watermark, last_full_at) VALUES ($1, $2, $3, {}) \
-             ON CONFLICT (source, kind) DO UPDATE SET \
+            "INSERT INTO reconcile_state (source, kind, watermark, last_full_at, account) VALUES ($1, $2, $3, {}, $5) \
+             ON CONFLICT (source, account, kind) DO UPDATE SET \
              watermark = CASE WHEN reconcile_state.watermark IS NULL OR excluded.watermark > reconcile_state.watermark \
                               THEN COALESCE(excluded.watermark, reconcile_state.watermark) ELSE reconcile_state.watermark END, \
              last_full_at = COALESCE(excluded.last_full_at, reconcile_state.last_full_at)",
@@ -352,10 +340,11 @@ pub(crate) fn save_sweep_state(
         ),
     );
     on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Nullable<BigInt>, _>(watermark)
         .bind::<Nullable<Text>, _>(full_sweep_started.map(|t| t.to_db(b)))
+        .bind::<Text, _>(key.account.as_str())
         .execute(c))?;
     Ok(())
 }
@@ -422,6 +411,8 @@ pub struct SuccessAge {
     #[diesel(sql_type = Text)]
     pub source: String,
     #[diesel(sql_type = Text)]
+    pub account: String,
+    #[diesel(sql_type = Text)]
     pub kind: String,
     #[diesel(sql_type = Double)]
     pub age_seconds: f64,
@@ -432,8 +423,8 @@ pub(crate) fn last_success_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<Succ
     let q = query(
         b,
         &format!(
-            "SELECT source, kind, {} AS age_seconds FROM (SELECT source, kind, MAX(finished_at) AS last FROM reconcile_runs \
-             WHERE status = 'succeeded' GROUP BY source, kind) t",
+            "SELECT source, account, kind, {} AS age_seconds FROM (SELECT source, account, kind, MAX(finished_at) AS last FROM reconcile_runs \
+             WHERE status = 'succeeded' GROUP BY source, account, kind) t",
             age_secs(b, "last")
         ),
     );
@@ -469,8 +460,7 @@ pub struct RunRow {
 
 pub(crate) fn recent_runs(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     limit: i64,
 ) -> diesel::QueryResult<Vec<RunRow>> {
     let b = conn.backend();
@@ -478,15 +468,16 @@ pub(crate) fn recent_runs(
         b,
         &format!(
             "SELECT mode, status, {} AS started_at, {} AS finished_at, scanned, missing, newer_remote, differing, newer_local, applied, error \
-             FROM reconcile_runs WHERE source = $1 AND kind = $2 ORDER BY id DESC LIMIT $3",
+             FROM reconcile_runs WHERE source = $1 AND kind = $2 AND account = $4 ORDER BY id DESC LIMIT $3",
             display_time(b, "started_at"),
             display_time(b, "finished_at"),
         ),
     );
     on_conn!(conn, c => q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<BigInt, _>(limit)
+        .bind::<Text, _>(key.account.as_str())
         .load(c))
 }
 

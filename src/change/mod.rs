@@ -66,15 +66,25 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
     pub source: String,
+    /// The account of a many-account source; `""` for a single-account one.
+    pub account: String,
     pub kind: String,
 }
 
 impl Key {
+    /// A kind of a single-account source (account `""`).
     pub fn new(source: impl Into<String>, kind: impl Into<String>) -> Self {
         Self {
             source: source.into(),
+            account: String::new(),
             kind: kind.into(),
         }
+    }
+
+    /// The same kind in `account`.
+    pub fn in_account(mut self, account: impl Into<String>) -> Self {
+        self.account = account.into();
+        self
     }
 
     /// The catch-up of `source` (its runs, lease and watermark).
@@ -89,44 +99,64 @@ impl Key {
 
     /// The key of resource `id` of this kind.
     pub fn resource(&self, id: impl Into<String>) -> ResourceKey {
-        ResourceKey::new(self.source.clone(), self.kind.clone(), id.into())
+        ResourceKey::new(
+            self.source.clone(),
+            self.account.clone(),
+            self.kind.clone(),
+            id.into(),
+        )
     }
 }
 
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.source, self.kind)
+        if self.account.is_empty() {
+            write!(f, "{}/{}", self.source, self.kind)
+        } else {
+            write!(f, "{}[{}]/{}", self.source, self.account, self.kind)
+        }
     }
 }
 
 /// The lease "source" of the change feed's consumers, beside real sources.
 const CONSUMER_SOURCE: &str = "$consumer";
 
-/// A resource's primary key `(source, kind, id)`: owned (`ResourceKey`) or borrowed
-/// (`ResourceKey<&str>`). Ordered by source, kind, id — the order in which writers lock
-/// rows.
+/// A resource's primary key `(source, account, kind, id)`: owned (`ResourceKey`) or
+/// borrowed (`ResourceKey<&str>`). Ordered by source, account, kind, id — the order in
+/// which writers lock rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResourceKey<S = String> {
     pub source: S,
+    pub account: S,
     pub kind: S,
     pub id: S,
 }
 
 impl<S> ResourceKey<S> {
-    pub fn new(source: S, kind: S, id: S) -> Self {
-        Self { source, kind, id }
+    pub fn new(source: S, account: S, kind: S, id: S) -> Self {
+        Self {
+            source,
+            account,
+            kind,
+            id,
+        }
     }
 }
 
 impl ResourceKey<String> {
     pub fn as_ref(&self) -> ResourceKey<&str> {
-        ResourceKey::new(&self.source, &self.kind, &self.id)
+        ResourceKey::new(&self.source, &self.account, &self.kind, &self.id)
     }
 }
 
 impl ResourceKey<&str> {
     pub fn to_owned(&self) -> ResourceKey {
-        ResourceKey::new(self.source.into(), self.kind.into(), self.id.into())
+        ResourceKey::new(
+            self.source.into(),
+            self.account.into(),
+            self.kind.into(),
+            self.id.into(),
+        )
     }
 }
 
@@ -134,6 +164,8 @@ impl ResourceKey<&str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub source: String,
+    /// The account of a many-account source; `""` for a single-account one.
+    pub account: String,
     pub kind: String,
     pub id: String,
     /// 0 for insert-once kinds.
@@ -146,7 +178,7 @@ pub struct Change {
 
 impl Change {
     pub fn key(&self) -> ResourceKey<&str> {
-        ResourceKey::new(&self.source, &self.kind, &self.id)
+        ResourceKey::new(&self.source, &self.account, &self.kind, &self.id)
     }
 }
 
@@ -344,6 +376,7 @@ impl Pointers<'_> {
     pub fn read(&self, doc: &Value, source: &str, kind: &str) -> Result<Change, ExtractError> {
         Ok(Change {
             source: source.to_string(),
+            account: String::new(),
             kind: kind.to_string(),
             id: read_id(doc, self.id)?,
             version: match self.version {

@@ -238,6 +238,7 @@ impl TieCase {
     pub fn incoming(&self, source: &str, kind: &str, id: &str) -> Change {
         Change {
             source: source.into(),
+            account: String::new(),
             kind: kind.into(),
             id: id.into(),
             version: self.version,

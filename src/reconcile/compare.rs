@@ -96,6 +96,7 @@ mod tests {
     fn remote(id: &str, version: i64, state: &str) -> Change {
         Change {
             source: "s".into(),
+            account: String::new(),
             kind: "k".into(),
             id: id.into(),
             version,

@@ -184,6 +184,7 @@ mod tests {
                 event_type: "t".into(),
                 change: resource.map(|id| Change {
                     source: "s".into(),
+                    account: String::new(),
                     kind: "k".into(),
                     id: id.into(),
                     version: 1,

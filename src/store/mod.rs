@@ -152,13 +152,13 @@ impl Store {
         key: &Key,
         ids: Vec<String>,
     ) -> Result<Vec<StoredRow>, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let key = key.clone();
         self.db
             .read(move |c| {
                 let mut rows = Vec::with_capacity(ids.len());
                 for chunk in ids.chunks(MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::stored_rows(c, &s, &k, &refs)?);
+                    rows.extend(sql::stored_rows(c, &key, &refs)?);
                 }
                 Ok(rows)
             })
@@ -172,13 +172,13 @@ impl Store {
         key: &Key,
         ids: Vec<String>,
     ) -> Result<Vec<StoredRow>, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let key = key.clone();
         self.db
             .read(move |c| {
                 let mut rows = Vec::with_capacity(ids.len());
                 for chunk in ids.chunks(MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::stored_rows_with_states(c, &s, &k, &refs)?);
+                    rows.extend(sql::stored_rows_with_states(c, &key, &refs)?);
                 }
                 Ok(rows)
             })
@@ -217,8 +217,8 @@ impl Store {
 
     /// How many live rows a kind has.
     pub async fn count_live(&self, key: &Key) -> Result<i64, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
-        self.db.read(move |c| sql::count_live(c, &s, &k)).await
+        let key = key.clone();
+        self.db.read(move |c| sql::count_live(c, &key)).await
     }
 
     /// Live ids of a kind last written before `before`, in id order after `after`, at
@@ -230,9 +230,9 @@ impl Store {
         after: String,
         limit: i64,
     ) -> Result<Vec<String>, DbError> {
-        let (s, k) = (key.source.clone(), key.kind.clone());
+        let key = key.clone();
         self.db
-            .read(move |c| sql::live_ids_before(c, &s, &k, before, &after, limit))
+            .read(move |c| sql::live_ids_before(c, &key, before, &after, limit))
             .await
     }
 
@@ -315,20 +315,18 @@ fn apply_deliveries(
                 .is_some_and(|c| !written.contains(&c.key()))
         })
         .collect();
-    let mut by_kind: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+    let mut by_kind: BTreeMap<Key, Vec<&str>> = BTreeMap::new();
     for d in &refused {
         if let Some(c) = &d.change {
-            by_kind.entry((&c.source, &c.kind)).or_default().push(&c.id);
+            let key = Key::new(c.source.as_str(), c.kind.as_str()).in_account(c.account.as_str());
+            by_kind.entry(key).or_default().push(&c.id);
         }
     }
     let mut stored: HashMap<ResourceKey, StoredRow> = HashMap::new();
-    for ((source, kind), ids) in by_kind {
+    for (key, ids) in by_kind {
         for chunk in ids.chunks(MAX_IN_LIST) {
-            for row in sql::stored_rows(conn, source, kind, chunk)? {
-                stored.insert(
-                    ResourceKey::new(source.into(), kind.into(), row.id.clone()),
-                    row,
-                );
+            for row in sql::stored_rows(conn, &key, chunk)? {
+                stored.insert(key.resource(row.id.clone()), row);
             }
         }
     }
@@ -398,7 +396,7 @@ impl Store {
         before: DbTime,
         fence: Fence,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
-        let (source, kind) = (key.source.clone(), key.kind.clone());
+        let key = key.clone();
         self.write_changes(move |conn| {
             if let Err(lost) = fence.check(conn)? {
                 return Ok(Err(lost));
@@ -406,7 +404,7 @@ impl Store {
             let mut n = 0;
             for chunk in ids.chunks(MAX_IN_LIST) {
                 let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                n += sql::tombstone(conn, &source, &kind, &refs, before)?;
+                n += sql::tombstone(conn, &key, &refs, before)?;
             }
             Ok(Ok(n))
         })

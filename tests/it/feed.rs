@@ -39,6 +39,7 @@ both_backends!(
 fn order(id: &str, version: i64, status: &str) -> Change {
     Change {
         source: "shop".into(),
+        account: String::new(),
         kind: "order".into(),
         id: id.into(),
         version,

@@ -55,6 +55,15 @@ async fn the_account_columns_arrive_empty_on_every_existing_row_and_the_feed_car
         );
     }
     assert_eq!(db.count("processed_events"), 1);
+    // The keys now include the account: the same id in another account is another row.
+    db.execute(&format!(
+        "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin) \
+         VALUES ('shop', 'acct_x', 'order', 'o_old', 1, {state}, false, 'reconcile');
+         INSERT INTO reconcile_leases (source, account, kind, holder, expires_at) VALUES ('shop', 'acct_x', 'order', 'h', {now});"
+    ));
+    assert_eq!(db.count("resources WHERE id = 'o_old'"), 2);
+    assert_eq!(db.count("reconcile_leases"), 2);
+    db.execute("DELETE FROM resources WHERE account = 'acct_x'; DELETE FROM change_pending; DELETE FROM reconcile_leases WHERE account = 'acct_x';");
     let feed = Feed::new(handle);
     let page = feed.page(0, 10, &Filter::default()).await.unwrap();
     assert_eq!(page.changes.len(), 1);

@@ -290,6 +290,7 @@ async fn a_row_newer_locally_is_never_overwritten(b: Backend) {
             event_type: "order.status_changed".into(),
             change: Some(webhook_reconciler::change::Change {
                 source: "shop".into(),
+                account: String::new(),
                 kind: "order".into(),
                 id: "o1".into(),
                 version: 9,
@@ -401,6 +402,7 @@ async fn a_webhook_racing_a_reconcile_never_regresses_a_version(b: Backend) {
                         event_type: "order.status_changed".into(),
                         change: Some(webhook_reconciler::change::Change {
                             source: "shop".into(),
+                            account: String::new(),
                             kind: "order".into(),
                             id,
                             version: v,

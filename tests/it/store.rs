@@ -10,6 +10,7 @@ use crate::helpers::{Backend, TestDb, both_backends, store_on};
 fn order(id: &str, version: i64, status: &str) -> Change {
     Change {
         source: "shop".into(),
+        account: String::new(),
         kind: "order".into(),
         id: id.into(),
         version,
@@ -21,6 +22,7 @@ fn order(id: &str, version: i64, status: &str) -> Change {
 fn refund(id: &str, amount: i64) -> Change {
     Change {
         source: "shop".into(),
+        account: String::new(),
         kind: "refund".into(),
         id: id.into(),
         version: 0,
@@ -53,6 +55,7 @@ both_backends!(
     an_unmapped_event_is_claimed_as_ignored,
     a_delivery_the_database_refuses_fails_alone_and_the_rest_of_its_group_commits,
     every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_their_state,
+    the_same_id_in_two_accounts_is_two_rows_each_with_its_own_guard,
 );
 
 async fn a_repeated_delivery_applies_the_effect_once(b: Backend) {
@@ -492,4 +495,50 @@ async fn every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_t
         webhook_reconciler::reconcile::compare::verdict(Some(&rows[0]), &order("a", 1, "refunded")),
         webhook_reconciler::change::tie::Relation::Differing
     );
+}
+
+/// Many accounts: the account is part of a resource's key. The same id in two accounts
+/// is two rows, each guarded on its own (an older version in one account is stale there
+/// and applies in the other), and the feed says which account changed.
+async fn the_same_id_in_two_accounts_is_two_rows_each_with_its_own_guard(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let in_account = |account: &str, version: i64, status: &str| Change {
+        account: account.into(),
+        ..order("o1", version, status)
+    };
+    let apply = |id: &str, c: Change| store.apply_event(delivery(id, c));
+    assert_eq!(
+        apply("e1", in_account("acct_1", 2, "paid")).await.unwrap(),
+        Outcome::Applied
+    );
+    assert_eq!(
+        apply("e2", in_account("acct_2", 1, "new")).await.unwrap(),
+        Outcome::Applied
+    );
+    assert_eq!(
+        apply("e3", in_account("acct_1", 1, "new")).await.unwrap(),
+        Outcome::Stale
+    );
+    assert_eq!(
+        apply("e4", in_account("", 1, "new")).await.unwrap(),
+        Outcome::Applied
+    );
+    assert_eq!(db.count("resources WHERE id = 'o1'"), 3);
+    let key = Key::new("shop", "order");
+    for (account, version) in [("acct_1", 2), ("acct_2", 1), ("", 1)] {
+        let rows = store
+            .stored_rows(&key.clone().in_account(account), vec!["o1".into()])
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{account}");
+        assert_eq!(rows[0].version, version, "{account}");
+    }
+    let feed = crate::helpers::feed_on(&db).await;
+    let page = feed
+        .page(0, 10, &webhook_reconciler::feed::Filter::default())
+        .await
+        .unwrap();
+    let accounts: Vec<&str> = page.changes.iter().map(|c| c.account.as_str()).collect();
+    assert_eq!(accounts, ["acct_1", "acct_2", ""]);
 }

@@ -24,6 +24,7 @@ async fn the_sql_guard_writes_exactly_what_the_rust_tie_rule_admits(backend: Bac
                 });
                 let seed = Change {
                     source: "shop".into(),
+                    account: String::new(),
                     kind: "order".into(),
                     id: id.clone(),
                     version,

@@ -1,7 +1,8 @@
--- Many accounts per sender, first step: every table keyed by (source, kind) or holding
--- a resource's key gets an `account` column, '' for a single-account source, so an
--- existing database migrates in place. (Keys that include it come with the accounts
--- themselves.) The change feed carries it from the resource row to its change.
+-- Many accounts per sender: every table keyed by (source, kind) or holding a resource's
+-- key gets an `account` column, '' for a single-account source, so an existing
+-- database migrates in place, and the keys include it: the same resource id in two
+-- accounts is two rows, and each account's kinds have their own lease, checkpoint and
+-- watermark. The change feed carries it from the resource row to its change.
 ALTER TABLE resources ADD COLUMN account TEXT NOT NULL DEFAULT '';
 ALTER TABLE changes ADD COLUMN account TEXT NOT NULL DEFAULT '';
 ALTER TABLE change_pending ADD COLUMN account TEXT NOT NULL DEFAULT '';
@@ -9,6 +10,13 @@ ALTER TABLE reconcile_runs ADD COLUMN account TEXT NOT NULL DEFAULT '';
 ALTER TABLE reconcile_leases ADD COLUMN account TEXT NOT NULL DEFAULT '';
 ALTER TABLE reconcile_checkpoints ADD COLUMN account TEXT NOT NULL DEFAULT '';
 ALTER TABLE reconcile_state ADD COLUMN account TEXT NOT NULL DEFAULT '';
+
+ALTER TABLE resources DROP CONSTRAINT resources_pkey, ADD PRIMARY KEY (source, account, kind, id);
+ALTER TABLE reconcile_leases DROP CONSTRAINT reconcile_leases_pkey, ADD PRIMARY KEY (source, account, kind);
+ALTER TABLE reconcile_checkpoints DROP CONSTRAINT reconcile_checkpoints_pkey, ADD PRIMARY KEY (source, account, kind);
+ALTER TABLE reconcile_state DROP CONSTRAINT reconcile_state_pkey, ADD PRIMARY KEY (source, account, kind);
+DROP INDEX reconcile_runs_kind_idx;
+CREATE INDEX reconcile_runs_kind_idx ON reconcile_runs (source, account, kind, started_at);
 
 CREATE OR REPLACE FUNCTION resources_record_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

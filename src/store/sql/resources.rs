@@ -5,14 +5,14 @@ use diesel::RunQueryDsl;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
 
 use crate::change::tie::Guard;
-use crate::change::{Change, Origin, ResourceKey};
+use crate::change::{Change, Key, Origin, ResourceKey};
 use crate::config::{Action, Backend};
 use crate::db::sql::{in_list, now, prepared, query, ts_param};
 use crate::db::{Conn, DbTime, on_conn};
 
-const COLUMNS_PER_ROW: usize = 9;
+const COLUMNS_PER_ROW: usize = 10;
 
-const RESOURCE_COLUMNS: &str = "INSERT INTO resources (source, kind, id, version, state, deleted, origin, last_event_id, state_digest)";
+const RESOURCE_COLUMNS: &str = "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest)";
 
 /// `INSERT .. ON CONFLICT DO UPDATE .. WHERE <guard>` for `rows` resources.
 /// The guard is evaluated against the row as it is when the statement locks it, so a
@@ -27,24 +27,25 @@ pub(crate) fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning:
         }
         let p = r * COLUMNS_PER_ROW;
         let state = match backend {
-            Backend::Postgres => format!("${}::jsonb", p + 5),
-            Backend::Sqlite => format!("${}", p + 5),
+            Backend::Postgres => format!("${}::jsonb", p + 6),
+            Backend::Sqlite => format!("${}", p + 6),
         };
         sql.push_str(&format!(
-            "(${}, ${}, ${}, ${}, {state}, ${}, ${}, ${}, ${})",
+            "(${}, ${}, ${}, ${}, ${}, {state}, ${}, ${}, ${}, ${})",
             p + 1,
             p + 2,
             p + 3,
             p + 4,
-            p + 6,
+            p + 5,
             p + 7,
             p + 8,
-            p + 9
+            p + 9,
+            p + 10
         ));
     }
     sql.push_str(&conflict_clause(backend, guard));
     if returning {
-        sql.push_str(" RETURNING source, kind, id");
+        sql.push_str(" RETURNING source, account, kind, id");
     }
     sql
 }
@@ -74,7 +75,7 @@ pub(crate) fn guard_condition(backend: Backend, guard: Guard) -> String {
 /// The version guard: `ON CONFLICT .. DO UPDATE .. WHERE`, shared by every resource write.
 fn conflict_clause(backend: Backend, guard: Guard) -> String {
     format!(
-        " ON CONFLICT (source, kind, id) DO UPDATE SET \
+        " ON CONFLICT (source, account, kind, id) DO UPDATE SET \
          version = excluded.version, \
          state = COALESCE(excluded.state, resources.state), \
          state_digest = CASE WHEN excluded.state IS NULL THEN resources.state_digest ELSE excluded.state_digest END, \
@@ -92,6 +93,8 @@ fn conflict_clause(backend: Backend, guard: Guard) -> String {
 struct KeyRow {
     #[diesel(sql_type = Text)]
     source: String,
+    #[diesel(sql_type = Text)]
+    account: String,
     #[diesel(sql_type = Text)]
     kind: String,
     #[diesel(sql_type = Text)]
@@ -117,6 +120,7 @@ pub(crate) fn upsert_many(
         // connection. `unnest` keeps the array order, so rows are locked in key order.
         Conn::Postgres(c) => {
             let sources: Vec<&str> = rows.iter().map(|(ch, _)| ch.source.as_str()).collect();
+            let accounts: Vec<&str> = rows.iter().map(|(ch, _)| ch.account.as_str()).collect();
             let kinds: Vec<&str> = rows.iter().map(|(ch, _)| ch.kind.as_str()).collect();
             let ids: Vec<&str> = rows.iter().map(|(ch, _)| ch.id.as_str()).collect();
             let versions: Vec<i64> = rows.iter().map(|(ch, _)| ch.version).collect();
@@ -134,6 +138,7 @@ pub(crate) fn upsert_many(
             prepared(
                 diesel::sql_query(upsert_arrays_sql(guard))
                     .bind::<Array<Text>, _>(sources)
+                    .bind::<Array<Text>, _>(accounts)
                     .bind::<Array<Text>, _>(kinds)
                     .bind::<Array<Text>, _>(ids)
                     .bind::<Array<BigInt>, _>(versions)
@@ -151,6 +156,7 @@ pub(crate) fn upsert_many(
             for (ch, event_id) in rows {
                 q = q
                     .bind::<Text, _>(ch.source.as_str())
+                    .bind::<Text, _>(ch.account.as_str())
                     .bind::<Text, _>(ch.kind.as_str())
                     .bind::<Text, _>(ch.id.as_str())
                     .bind::<BigInt, _>(ch.version)
@@ -167,7 +173,7 @@ pub(crate) fn upsert_many(
     };
     Ok(written
         .into_iter()
-        .map(|r| ResourceKey::new(r.source, r.kind, r.id))
+        .map(|r| ResourceKey::new(r.source, r.account, r.kind, r.id))
         .collect())
 }
 
@@ -176,14 +182,14 @@ pub(crate) fn upsert_many(
 fn upsert_arrays_sql(guard: Guard) -> String {
     let b = Backend::Postgres;
     format!(
-        "{RESOURCE_COLUMNS} SELECT source, kind, id, version, state::jsonb, deleted, $7, last_event_id, state_digest \
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::bool[], $8::text[], $9::int8[]) \
-         AS t(source, kind, id, version, state, deleted, last_event_id, state_digest){} RETURNING source, kind, id",
+        "{RESOURCE_COLUMNS} SELECT source, account, kind, id, version, state::jsonb, deleted, $8, last_event_id, state_digest \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::text[], $7::bool[], $9::text[], $10::int8[]) \
+         AS t(source, account, kind, id, version, state, deleted, last_event_id, state_digest){} RETURNING source, account, kind, id",
         conflict_clause(b, guard)
     )
 }
 
-/// Most rows [`upsert_many`] takes in one statement (9 binds a row; SQLite allows
+/// Most rows [`upsert_many`] takes in one statement (10 binds a row; SQLite allows
 /// 32 766 binds, PostgreSQL 65 535).
 pub(crate) const MAX_BATCH_ROWS: usize = 1000;
 
@@ -215,28 +221,25 @@ fn state_expr(backend: Backend) -> &'static str {
 /// The stored rows of `ids` (one bulk read per call; at most [`MAX_IN_LIST`](crate::db::sql::MAX_IN_LIST) ids).
 pub(crate) fn stored_rows(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     ids: &[&str],
 ) -> diesel::QueryResult<Vec<StoredRow>> {
-    rows_by_id(conn, source, kind, ids, false)
+    rows_by_id(conn, key, ids, false)
 }
 
 /// [`stored_rows`] with every state read (for checks that compare states themselves,
 /// such as the demo's).
 pub(crate) fn stored_rows_with_states(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     ids: &[&str],
 ) -> diesel::QueryResult<Vec<StoredRow>> {
-    rows_by_id(conn, source, kind, ids, true)
+    rows_by_id(conn, key, ids, true)
 }
 
 fn rows_by_id(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     ids: &[&str],
     states: bool,
 ) -> diesel::QueryResult<Vec<StoredRow>> {
@@ -262,23 +265,25 @@ fn rows_by_id(
         // whole kind filtered by the array: 340 ms a page at 500k rows instead of 4.
         Conn::Postgres(c) => prepared(
             diesel::sql_query(format!(
-                "SELECT r.* FROM (SELECT DISTINCT id FROM unnest($3::text[]) AS t(id)) AS u CROSS JOIN LATERAL \
-                 (SELECT {columns} FROM resources WHERE source = $1 AND kind = $2 AND id = u.id LIMIT 1) r"
+                "SELECT r.* FROM (SELECT DISTINCT id FROM unnest($4::text[]) AS t(id)) AS u CROSS JOIN LATERAL \
+                 (SELECT {columns} FROM resources WHERE source = $1 AND account = $2 AND kind = $3 AND id = u.id LIMIT 1) r"
             ))
-            .bind::<Text, _>(source)
-            .bind::<Text, _>(kind)
+            .bind::<Text, _>(key.source.as_str())
+            .bind::<Text, _>(key.account.as_str())
+            .bind::<Text, _>(key.kind.as_str())
             .bind::<Array<Text>, _>(ids),
         )
         .load(c),
         Conn::Sqlite(c) => {
             let sql = format!(
-                "SELECT {columns} FROM resources WHERE source = $1 AND kind = $2 AND id IN ({})",
-                in_list(3, ids.len())
+                "SELECT {columns} FROM resources WHERE source = $1 AND account = $2 AND kind = $3 AND id IN ({})",
+                in_list(4, ids.len())
             );
             let mut q = query(b, &sql)
                 .into_boxed()
-                .bind::<Text, _>(source)
-                .bind::<Text, _>(kind);
+                .bind::<Text, _>(key.source.as_str())
+                .bind::<Text, _>(key.account.as_str())
+                .bind::<Text, _>(key.kind.as_str());
             for id in ids {
                 q = q.bind::<Text, _>(*id);
             }
@@ -297,8 +302,7 @@ struct IdOnly {
 /// `after`: the keyset scan of deletion detection.
 pub(crate) fn live_ids_before(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     before: DbTime,
     after: &str,
     limit: i64,
@@ -307,16 +311,17 @@ pub(crate) fn live_ids_before(
     let q = query(
         b,
         &format!(
-            "SELECT id FROM resources WHERE source = $1 AND kind = $2 AND NOT deleted AND updated_at < {} AND id > $4 ORDER BY id LIMIT $5",
+            "SELECT id FROM resources WHERE source = $1 AND account = $6 AND kind = $2 AND NOT deleted AND updated_at < {} AND id > $4 ORDER BY id LIMIT $5",
             ts_param(b, 3)
         ),
     );
     let rows: Vec<IdOnly> = on_conn!(conn, c => prepared(q
-        .bind::<Text, _>(source)
-        .bind::<Text, _>(kind)
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(before.to_db(b))
         .bind::<Text, _>(after)
-        .bind::<BigInt, _>(limit))
+        .bind::<BigInt, _>(limit)
+        .bind::<Text, _>(key.account.as_str()))
         .load(c))?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
@@ -325,8 +330,7 @@ pub(crate) fn live_ids_before(
 /// `before`: a row changed since the sweep began was seen by a webhook and stays.
 pub(crate) fn tombstone(
     conn: &mut Conn,
-    source: &str,
-    kind: &str,
+    key: &Key,
     ids: &[&str],
     before: DbTime,
 ) -> diesel::QueryResult<usize> {
@@ -338,19 +342,20 @@ pub(crate) fn tombstone(
         b,
         &format!(
             "UPDATE resources SET deleted = {t}, origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
-             WHERE source = $1 AND kind = $2 AND NOT deleted AND updated_at < {before} AND id IN ({ids})",
+             WHERE source = $1 AND kind = $2 AND account = $4 AND NOT deleted AND updated_at < {before} AND id IN ({ids})",
             t = if b == Backend::Postgres { "true" } else { "1" },
             now = now(b),
             before = ts_param(b, 3),
-            ids = in_list(4, ids.len()),
+            ids = in_list(5, ids.len()),
         ),
     );
     on_conn!(conn, c => {
         let mut q = q
             .into_boxed()
-            .bind::<Text, _>(source)
-            .bind::<Text, _>(kind)
-            .bind::<Text, _>(before.to_db(b));
+            .bind::<Text, _>(key.source.as_str())
+            .bind::<Text, _>(key.kind.as_str())
+            .bind::<Text, _>(before.to_db(b))
+            .bind::<Text, _>(key.account.as_str());
         for id in ids {
             q = q.bind::<Text, _>(*id);
         }
@@ -377,12 +382,15 @@ struct LiveCount {
 }
 
 /// How many live (not deleted) rows a kind has.
-pub(crate) fn count_live(conn: &mut Conn, source: &str, kind: &str) -> diesel::QueryResult<i64> {
+pub(crate) fn count_live(conn: &mut Conn, key: &Key) -> diesel::QueryResult<i64> {
     let q = query(
         conn.backend(),
-        "SELECT COUNT(*) AS n FROM resources WHERE source = $1 AND kind = $2 AND NOT deleted",
+        "SELECT COUNT(*) AS n FROM resources WHERE source = $1 AND account = $2 AND kind = $3 AND NOT deleted",
     );
-    let r: LiveCount =
-        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).get_result(c))?;
+    let r: LiveCount = on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .get_result(c))?;
     Ok(r.n)
 }

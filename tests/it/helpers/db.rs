@@ -175,10 +175,8 @@ impl TestDb {
                 .unwrap()
                 .batch_execute(sql)
                 .unwrap(),
-            Backend::Sqlite => SqliteConnection::establish(self.sqlite_path())
-                .unwrap()
-                .batch_execute(sql)
-                .unwrap(),
+            // Waits for the daemon's writer instead of failing with "database is locked".
+            Backend::Sqlite => self.sqlite().batch_execute(sql).unwrap(),
         }
     }
 

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use crate::accounts::Accounts;
 use crate::change::ResourceKey;
 use crate::config::{Scheme, SourceConfig};
 use crate::db::{DbError, ErrorClass};
@@ -47,6 +48,9 @@ pub struct Ingest {
     /// Event type -> kind and pointers.
     mappings: HashMap<String, KindMapping>,
     store: Store,
+    /// A many-account source: where the signed body names the account, and the
+    /// registry that says whether it is served.
+    accounts: Option<(String, Accounts)>,
 }
 
 impl Ingest {
@@ -67,11 +71,16 @@ impl Ingest {
                 );
             }
         }
+        let accounts = source
+            .accounts_from
+            .clone()
+            .map(|from| (from, store.accounts()));
         Self {
             source: source.name.clone(),
             scheme: source.webhook.scheme.clone(),
             mappings,
             store,
+            accounts,
         }
     }
 
@@ -88,13 +97,34 @@ impl Ingest {
         body: &[u8],
         body_digest: Option<String>,
     ) -> Result<Ingested, Refusal> {
-        let change = match self.mapping(&env) {
+        let mut change = match self.mapping(&env) {
             None => None,
             Some(m) => match m.change(&self.source, &env, chrono::Utc::now().timestamp_micros()) {
                 Ok(c) => Some(c),
                 Err(e) => return Err(self.dead_letter(env, e.to_string(), body).await),
             },
         };
+        if let (Some(c), Some((from, registry))) = (change.as_mut(), &self.accounts) {
+            // The account the signed body names. A body that names none is the sender's
+            // own account (`""`); one that names an account not registered or disabled
+            // is `ignored` (claimed, nothing written): its first sync brings its state.
+            match env.doc.pointer(from) {
+                None | Some(serde_json::Value::Null) => {}
+                Some(serde_json::Value::String(a))
+                    if crate::change::limits::check_id(a).is_ok() =>
+                {
+                    if registry.is_enabled(&self.source, a).await? {
+                        c.account = a.clone();
+                    } else {
+                        change = None;
+                    }
+                }
+                Some(_) => {
+                    let reason = format!("the account at {from:?} is not a string id");
+                    return Err(self.dead_letter(env, reason, body).await);
+                }
+            }
+        }
         let key = change.as_ref().map(|c| c.key().to_owned());
         let applied = self
             .store

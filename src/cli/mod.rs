@@ -99,6 +99,12 @@ pub enum Command {
         #[arg(long)]
         allow_mass_delete: bool,
     },
+    /// The accounts of a many-account source ([sources.NAME.accounts]): a delivery is
+    /// applied to the account its signed body names only when it is registered here.
+    Accounts {
+        #[command(subcommand)]
+        action: AccountsAction,
+    },
     /// Make secrets: `secret new` prints a fresh Standard Webhooks key (whsec_ + 32
     /// random bytes in base64), for a consumer's `secret`; `--raw` without whsec_, for
     /// accounts.key.
@@ -116,6 +122,31 @@ pub enum Command {
         /// Write webhook-reconciler.1 and one page per subcommand here.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountsAction {
+    /// Register an account (enabled); one registered before is enabled again.
+    Add { source: String, account: String },
+    /// The registered accounts, of one source or all.
+    List {
+        source: Option<String>,
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop applying the account's deliveries (answered `ignored`); its rows stay.
+    Disable { source: String, account: String },
+    /// Apply the account's deliveries again.
+    Enable { source: String, account: String },
+    /// Unregister the account and tombstone its rows (each a change in the feed).
+    Remove {
+        source: String,
+        account: String,
+        /// Delete its rows instead of tombstoning them (no change is recorded).
+        #[arg(long)]
+        purge: bool,
     },
 }
 
@@ -301,6 +332,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS),
         Command::Prune => status::prune(&config).await.map(|()| ExitCode::SUCCESS),
+        Command::Accounts { action } => accounts(&config, action).await,
         Command::Status { json } => status::status(&config, json)
             .await
             .map(|()| ExitCode::SUCCESS),
@@ -411,6 +443,117 @@ pub(crate) async fn open_migrated(config: &Config) -> anyhow::Result<Db> {
         .into());
     }
     Ok(db)
+}
+
+/// `accounts`: the registry of many-account sources.
+async fn accounts(config: &Config, action: AccountsAction) -> anyhow::Result<ExitCode> {
+    let many = |source: &str| -> Result<(), ExitCode> {
+        match config.source(source) {
+            Some(s) if s.accounts_from.is_some() => Ok(()),
+            Some(_) => {
+                eprintln!(
+                    "error: source {source:?} serves one account; add [sources.{source}.accounts] with `from` (where a delivery's signed body names its account) to serve many"
+                );
+                Err(ExitCode::from(EXIT_CONFIG))
+            }
+            None => {
+                eprintln!("error: no source {source:?} in the configuration");
+                Err(ExitCode::from(EXIT_CONFIG))
+            }
+        }
+    };
+    let checked = match &action {
+        AccountsAction::Add { source, account }
+        | AccountsAction::Disable { source, account }
+        | AccountsAction::Enable { source, account }
+        | AccountsAction::Remove {
+            source, account, ..
+        } => many(source).and_then(|()| {
+            crate::change::limits::check_id(account).map_err(|why| {
+                eprintln!("error: account {account:?}: {why}");
+                ExitCode::from(EXIT_CONFIG)
+            })
+        }),
+        AccountsAction::List { source, .. } => source.as_deref().map_or(Ok(()), many),
+    };
+    if let Err(code) = checked {
+        return Ok(code);
+    }
+    let db = open_migrated(config).await?;
+    let registry = crate::accounts::Accounts::new(db.clone());
+    let missing = |source: &str, account: &str| {
+        eprintln!("error: account {account:?} of {source:?} is not registered");
+        ExitCode::from(EXIT_FAILED)
+    };
+    Ok(match action {
+        AccountsAction::Add { source, account } => {
+            registry.add(&source, &account).await?;
+            println!("{source}: account {account} added; its deliveries are applied");
+            ExitCode::SUCCESS
+        }
+        AccountsAction::List { source, json } => {
+            let rows = registry.list(source.as_deref()).await?;
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else {
+                for r in &rows {
+                    println!(
+                        "{}\t{}\t{}\t{}",
+                        r.source,
+                        r.account,
+                        if r.enabled { "enabled" } else { "disabled" },
+                        r.created_at
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        AccountsAction::Disable { source, account }
+        | AccountsAction::Enable { source, account }
+            if !registry
+                .list(Some(&source))
+                .await?
+                .iter()
+                .any(|r| r.account == account) =>
+        {
+            missing(&source, &account)
+        }
+        AccountsAction::Disable { source, account } => {
+            registry.set_enabled(&source, &account, false).await?;
+            println!(
+                "{source}: account {account} disabled; its deliveries are answered \"ignored\""
+            );
+            ExitCode::SUCCESS
+        }
+        AccountsAction::Enable { source, account } => {
+            registry.set_enabled(&source, &account, true).await?;
+            println!("{source}: account {account} enabled");
+            ExitCode::SUCCESS
+        }
+        AccountsAction::Remove {
+            source,
+            account,
+            purge,
+        } => {
+            // Disabled first, so no delivery writes a row of it meanwhile; unregistered
+            // last, so a failure halfway leaves it disabled and the command can be run
+            // again.
+            if !registry.set_enabled(&source, &account, false).await? {
+                return Ok(missing(&source, &account));
+            }
+            let store = crate::store::Store::new(db);
+            let done = if purge {
+                let n = store.purge_account(&source, &account).await?;
+                format!("{n} rows deleted")
+            } else {
+                let n = store.tombstone_account(&source, &account).await?;
+                format!("{n} rows tombstoned (each a change in the feed)")
+            };
+            registry.remove(&source, &account).await?;
+            println!("{source}: account {account} removed; {done}");
+            ExitCode::SUCCESS
+        }
+    })
 }
 
 async fn migrate(config: &Config) -> anyhow::Result<()> {

@@ -155,6 +155,16 @@ pub struct RawSource {
     #[serde(default, deserialize_with = "kinds_or_off")]
     pub kinds: BTreeMap<String, RawKind>,
     pub catchup: Option<RawCatchup>,
+    /// `[sources.NAME.accounts]`: the source serves many accounts.
+    pub accounts: Option<RawSourceAccounts>,
+}
+
+/// `[sources.NAME.accounts]`: where a delivery's signed body names its account.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSourceAccounts {
+    /// JSON pointer into the signed body (Stripe Connect: `/account`).
+    pub from: String,
 }
 
 /// `[sources.NAME.catchup]`: the sender's events API.

@@ -501,6 +501,9 @@ pub struct SourceConfig {
     pub kinds: Vec<KindConfig>,
     pub catchup: Option<CatchupConfig>,
     pub preset: Option<Preset>,
+    /// Many accounts behind this source: the pointer into a delivery's signed body that
+    /// names its account. `None`: one account (`""`).
+    pub accounts_from: Option<String>,
 }
 
 impl SourceConfig {

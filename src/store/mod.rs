@@ -60,6 +60,12 @@ pub struct Store {
 }
 
 impl Store {
+    /// The accounts registry on the same database (the ingest step asks it whether a
+    /// delivery's account is served).
+    pub fn accounts(&self) -> crate::accounts::Accounts {
+        crate::accounts::Accounts::new(self.db.clone())
+    }
+
     pub fn new(db: Db) -> Self {
         let writers = match db.backend() {
             // SQLite has one writer anyway.
@@ -412,10 +418,36 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Marks deleted every live row of `account` of `source` (the account was removed):
+    /// each becomes a change in the feed. Returns how many.
+    pub async fn tombstone_account(&self, source: &str, account: &str) -> Result<usize, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.write_changes(move |conn| sql::tombstone_account(conn, &s, &a))
+            .await
+    }
+
+    /// Deletes every row of `account` of `source` (the account's data must go; no
+    /// change is recorded, and its past changes leave the feed with retention).
+    /// Returns how many rows.
+    pub async fn purge_account(&self, source: &str, account: &str) -> Result<usize, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.db
+            .write(move |conn| sql::purge_account(conn, &s, &a))
+            .await
+    }
+}
+
 /// How many resource rows a write touched: a write that touched none has no change to
 /// publish.
 trait Written {
     fn rows(&self) -> usize;
+}
+
+impl Written for usize {
+    fn rows(&self) -> usize {
+        *self
+    }
 }
 
 impl Written for Vec<ResourceKey> {

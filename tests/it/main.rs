@@ -7,6 +7,7 @@
 
 mod helpers;
 
+mod accounts;
 mod cli;
 mod demo;
 mod feed;

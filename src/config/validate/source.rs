@@ -156,6 +156,18 @@ pub(super) fn validate_source(
         cu
     });
 
+    let accounts_from = raw.accounts.as_ref().map(|a| {
+        if !a.from.starts_with('/') {
+            c.fail(
+                key("accounts.from"),
+                format!(
+                    "{:?} is not a JSON pointer; write where the signed body names the account, e.g. \"/account\" (Stripe Connect)",
+                    a.from
+                ),
+            );
+        }
+        a.from.clone()
+    });
     (c.problems.len() == before).then(|| SourceConfig {
         name: name.to_string(),
         retry_window,
@@ -174,6 +186,7 @@ pub(super) fn validate_source(
         kinds,
         catchup,
         preset: raw.preset,
+        accounts_from,
     })
 }
 

@@ -12,6 +12,6 @@ pub(crate) use events::{
 };
 pub use resources::StoredRow;
 pub(crate) use resources::{
-    MAX_BATCH_ROWS, count_live, live_ids_before, stored_rows, stored_rows_with_states, tombstone,
-    upsert_many, upsert_sql,
+    MAX_BATCH_ROWS, count_live, live_ids_before, purge_account, stored_rows,
+    stored_rows_with_states, tombstone, tombstone_account, upsert_many, upsert_sql,
 };

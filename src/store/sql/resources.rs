@@ -394,3 +394,36 @@ pub(crate) fn count_live(conn: &mut Conn, key: &Key) -> diesel::QueryResult<i64>
         .get_result(c))?;
     Ok(r.n)
 }
+
+/// Marks deleted every live row of one account (keeping version and state).
+pub(crate) fn tombstone_account(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE resources SET deleted = {t}, origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
+             WHERE source = $1 AND account = $2 AND NOT deleted",
+            t = if b == Backend::Postgres { "true" } else { "1" },
+            now = now(b),
+        ),
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}
+
+/// Deletes every row of one account. The feed is `feed`'s: its changes stay there until
+/// retention, unless the caller purges them too.
+pub(crate) fn purge_account(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM resources WHERE source = $1 AND account = $2",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}

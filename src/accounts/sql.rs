@@ -64,16 +64,20 @@ pub(crate) fn is_enabled(
     } else {
         "1"
     };
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
     let q = query(
         b,
         &format!(
-            "SELECT source, account, enabled, '' AS created_at FROM accounts \
-             WHERE source = $1 AND account = $2 AND enabled = {t}"
+            "SELECT COUNT(*) AS n FROM accounts WHERE source = $1 AND account = $2 AND enabled = {t}"
         ),
     );
-    let rows: Vec<AccountRow> =
-        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).load(c))?;
-    Ok(!rows.is_empty())
+    let r: Count =
+        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).get_result(c))?;
+    Ok(r.n > 0)
 }
 
 /// Enables or disables an account; false when it is not registered.

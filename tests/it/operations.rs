@@ -55,26 +55,37 @@ async fn wait_ready(port: u16) -> bool {
     .await
 }
 
+/// `serve` on `config` as systemd starts it: notifications to a datagram socket in
+/// `dir` (returned, bound), a watchdog of `watchdog_usec`.
+fn serve_under_systemd(
+    dir: &tempfile::TempDir,
+    config: &std::path::Path,
+    watchdog_usec: &str,
+) -> (UnixDatagram, std::process::Child) {
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let child = bin()
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", watchdog_usec)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (socket, child)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_tells_systemd_it_is_ready_pings_the_watchdog_and_says_it_stops() {
     let db = TestDb::new(Backend::Sqlite);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let config = serve_config(&dir, &db.url, port, None);
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let (socket, mut child) = serve_under_systemd(&dir, &config, "1000000");
     socket
         .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut child = bin()
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("WATCHDOG_USEC", "1000000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
         .unwrap();
     let mut seen = String::new();
     let mut buf = [0u8; 4096];
@@ -438,19 +449,8 @@ async fn under_a_thousand_trickling_connections_the_watchdog_keeps_being_pinged(
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let config = serve_config(&dir, &db.url, port, None);
-    let socket_path = dir.path().join("notify.sock");
-    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let (socket, mut child) = serve_under_systemd(&dir, &config, "2000000");
     socket.set_nonblocking(true).unwrap();
-    let mut child = bin()
-        .arg("--config")
-        .arg(&config)
-        .arg("serve")
-        .env("NOTIFY_SOCKET", &socket_path)
-        .env("WATCHDOG_USEC", "2000000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
     assert!(wait_ready(port).await);
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut attackers = Vec::new();

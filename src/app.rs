@@ -91,6 +91,7 @@ impl Application {
             db: db.clone(),
             book: book.clone(),
             config: config.clone(),
+            store: store.clone(),
         });
         let admin = match (&config.http.admin_listen, routers.admin) {
             (Some(at), Some(routes)) => Some((
@@ -283,8 +284,7 @@ async fn resolve_conflicts(
     cancel: CancellationToken,
 ) {
     loop {
-        // Conflicts are resolved through the source's own `get`; a many-account source's
-        // conflicts wait for the account's next reconcile.
+        // Conflicts are resolved through the kind's `get`, with the account's client.
         let ResourceKey {
             source,
             account,
@@ -300,19 +300,10 @@ async fn resolve_conflicts(
                 None => return,
             },
         };
-        if !account.is_empty() {
-            tracing::debug!(
-                source,
-                account,
-                kind,
-                id,
-                "conflict in an account left to its next reconcile"
-            );
-            continue;
-        }
-        match reconciler.resolve(&source, &kind, &id).await {
+        match reconciler.resolve_in(&source, &account, &kind, &id).await {
             Ok(true) => tracing::info!(
                 source,
+                account,
                 kind,
                 id,
                 "conflict resolved from the sender's current state"

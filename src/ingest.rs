@@ -48,9 +48,10 @@ pub struct Ingest {
     /// Event type -> kind and pointers.
     mappings: HashMap<String, KindMapping>,
     store: Store,
-    /// A many-account source: where the signed body names the account, and the
-    /// registry that says whether it is served.
-    accounts: Option<(String, Accounts)>,
+    /// A many-account source: where the signed body names the account (`None`: only an
+    /// unsigned header does, Shopify's shop), and the registry that says whether it is
+    /// served.
+    accounts: Option<(Option<String>, Accounts)>,
 }
 
 impl Ingest {
@@ -72,9 +73,9 @@ impl Ingest {
             }
         }
         let accounts = source
-            .accounts_from
-            .clone()
-            .map(|from| (from, store.accounts()));
+            .accounts
+            .as_ref()
+            .map(|a| (a.from.clone(), store.accounts()));
         Self {
             source: source.name.clone(),
             scheme: source.webhook.scheme.clone(),
@@ -104,7 +105,26 @@ impl Ingest {
                 Err(e) => return Err(self.dead_letter(env, e.to_string(), body).await),
             },
         };
-        if let (Some(c), Some((from, registry))) = (change.as_mut(), &self.accounts) {
+        let mut fetch = None;
+        if let (Some(c), Some((None, registry))) = (change.as_ref(), &self.accounts) {
+            // Only an unsigned header names the account: anyone holding one signed body
+            // could send it under another account's name. Nothing is written from the
+            // body; the resource is fetched from the named account's own API, so a
+            // forged name can only bring that account its own state.
+            let named = env
+                .account_hint
+                .as_deref()
+                .filter(|a| crate::change::limits::check_id(a).is_ok());
+            if let Some(a) = named {
+                if registry.is_enabled(&self.source, a).await? {
+                    let mut key = c.key().to_owned();
+                    key.account = a.to_string();
+                    fetch = Some(key);
+                }
+            }
+            change = None;
+        }
+        if let (Some(c), Some((Some(from), registry))) = (change.as_mut(), &self.accounts) {
             // The account the signed body names. A body that names none is the sender's
             // own account (`""`); one that names an account not registered or disabled
             // is `ignored` (claimed, nothing written): its first sync brings its state.
@@ -137,6 +157,7 @@ impl Ingest {
             })
             .await;
         match applied {
+            Ok(Outcome::Ignored) if fetch.is_some() => Ok((Outcome::Fetching, fetch)),
             Ok(outcome) => Ok((outcome, key)),
             Err(e) => Err(self.database_refused(e, env, body).await),
         }

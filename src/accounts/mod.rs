@@ -5,11 +5,45 @@
 //! [`credential`] seals an account's credential at rest.
 
 pub mod credential;
+pub mod lifecycle;
 mod sql;
 
-pub use sql::AccountRow;
+pub use sql::{AccountRow, DueCount, Overdue};
+
+use secrecy::SecretString;
 
 use crate::db::{Db, DbError};
+
+/// How the daemon reaches one account's API.
+pub struct Access {
+    pub enabled: bool,
+    /// Its own base URL (`None`: the source's template or base).
+    pub api_base: Option<String>,
+    /// Its own credential (`None`: the source's).
+    pub credential: Option<SecretString>,
+}
+
+/// Why an account could not be added.
+#[derive(Debug, thiserror::Error)]
+pub enum AddError {
+    #[error(transparent)]
+    Seal(#[from] credential::CredentialError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// Why an account's credential could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error(
+        "a credential is kept for this account but accounts.key is not set; set accounts.key to the key it was sealed with"
+    )]
+    NoKey,
+    #[error(transparent)]
+    Open(#[from] credential::CredentialError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
 
 /// The accounts registry. Cheap to clone.
 #[derive(Clone)]
@@ -22,10 +56,47 @@ impl Accounts {
         Self { db }
     }
 
-    /// Registers `account` of `source` (enabled again if it was disabled).
-    pub async fn add(&self, source: &str, account: &str) -> Result<(), DbError> {
+    /// Registers `account` of `source` (enabled again if it was disabled), with its own
+    /// API base and credential sealed by `key` (those not given are kept).
+    pub async fn add(
+        &self,
+        source: &str,
+        account: &str,
+        api_base: Option<String>,
+        credential: Option<(&credential::AccountsKey, &SecretString)>,
+    ) -> Result<(), AddError> {
+        let sealed = credential
+            .map(|(key, c)| key.seal(source, account, c))
+            .transpose()?;
         let (s, a) = (source.to_string(), account.to_string());
-        self.db.write(move |c| sql::add(c, &s, &a)).await
+        self.db
+            .write(move |c| sql::add(c, &s, &a, api_base.as_deref(), sealed.as_deref()))
+            .await?;
+        Ok(())
+    }
+
+    /// How to reach `account`'s API: its base URL and credential (opened with `key`).
+    /// `Ok(None)`: not registered. A credential `key` cannot open fails this account only.
+    pub async fn access(
+        &self,
+        source: &str,
+        account: &str,
+        key: Option<&credential::AccountsKey>,
+    ) -> Result<Option<Access>, AccessError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        let Some(row) = self.db.read(move |c| sql::access(c, &s, &a)).await? else {
+            return Ok(None);
+        };
+        let credential = match (row.credential, key) {
+            (None, _) => None,
+            (Some(_), None) => return Err(AccessError::NoKey),
+            (Some(sealed), Some(key)) => Some(key.open(source, account, &sealed)?),
+        };
+        Ok(Some(Access {
+            enabled: row.enabled,
+            api_base: row.api_base,
+            credential,
+        }))
     }
 
     /// The registered accounts of `source` (`None`: of every source).
@@ -57,5 +128,72 @@ impl Accounts {
     pub async fn remove(&self, source: &str, account: &str) -> Result<bool, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
         self.db.write(move |c| sql::remove(c, &s, &a)).await
+    }
+
+    /// Schedules the account-kinds of `kind` whose accounts have none yet, due now.
+    pub async fn seed_due(&self, source: &str, kind: &str) -> Result<usize, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db.write(move |c| sql::seed_due(c, &s, &k)).await
+    }
+
+    /// Makes `account`'s `kinds` due now: its first sync, within seconds.
+    pub async fn due_now(
+        &self,
+        source: &str,
+        account: &str,
+        kinds: Vec<String>,
+    ) -> Result<(), DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.db
+            .write(move |c| kinds.iter().try_for_each(|k| sql::due_now(c, &s, &a, k)))
+            .await
+    }
+
+    /// Claims up to `limit` due account-kinds of `kind` (most overdue first), each made
+    /// due next at `next`; another replica's claims are skipped, never waited for.
+    pub async fn claim_due(
+        &self,
+        source: &str,
+        kind: &str,
+        next: crate::db::DbTime,
+        limit: usize,
+    ) -> Result<Vec<String>, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let b = self.db.backend();
+        self.db
+            .write(move |c| sql::claim_due(c, &s, &k, &next.to_db(b), limit))
+            .await
+    }
+
+    /// Records how an account-kind's run ended (`succeeded`, `failed` or `skipped`).
+    pub async fn finish_due(
+        &self,
+        source: &str,
+        account: &str,
+        kind: &str,
+        status: &'static str,
+        error: Option<String>,
+    ) -> Result<(), DbError> {
+        let (s, a, k) = (source.to_string(), account.to_string(), kind.to_string());
+        self.db
+            .write(move |c| sql::finish_due(c, &s, &a, &k, status, error.as_deref()))
+            .await
+    }
+
+    /// Forgets a removed account's schedule.
+    pub async fn forget_due(&self, source: &str, account: &str) -> Result<(), DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.db.write(move |c| sql::forget_due(c, &s, &a)).await
+    }
+
+    /// Account-kinds of enabled accounts by source and state.
+    pub async fn due_counts(&self) -> Result<Vec<DueCount>, DbError> {
+        self.db.read(sql::due_counts).await
+    }
+
+    /// The most overdue (and failed) account-kinds of enabled accounts, by name.
+    pub async fn most_overdue(&self, limit: i64) -> Result<Vec<Overdue>, DbError> {
+        self.db.read(move |c| sql::most_overdue(c, limit)).await
     }
 }

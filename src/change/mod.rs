@@ -44,6 +44,11 @@ pub enum Outcome {
     Conflict,
     /// Claimed; the event type is not mapped to any kind.
     Ignored,
+    /// Claimed; the delivery names its account only in an unsigned header (Shopify's
+    /// shop), so its body is a hint: the state is fetched from that account's own API
+    /// through `get` and written from there. Stored as `ignored` (nothing was written
+    /// from the body), answered `fetching`.
+    Fetching,
 }
 
 impl Outcome {
@@ -55,6 +60,7 @@ impl Outcome {
             Outcome::Stale => "stale",
             Outcome::Conflict => "conflict",
             Outcome::Ignored => "ignored",
+            Outcome::Fetching => "fetching",
         }
     }
 }

@@ -81,6 +81,9 @@ pub enum Command {
         /// Only this source.
         #[arg(long)]
         source: Option<String>,
+        /// Only this account of a many-account source (default: each enabled one).
+        #[arg(long, requires = "source")]
+        account: Option<String>,
         /// Only this kind.
         #[arg(long)]
         kind: Option<String>,
@@ -127,8 +130,22 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum AccountsAction {
-    /// Register an account (enabled); one registered before is enabled again.
-    Add { source: String, account: String },
+    /// Register an account (enabled; one registered before is enabled again); its first
+    /// full sync starts within seconds under `serve`.
+    Add {
+        source: String,
+        account: String,
+        /// The account's own API credential, read from this file (kept encrypted
+        /// with accounts.key, never printed).
+        #[arg(long, conflicts_with = "token_env")]
+        token_file: Option<String>,
+        /// The account's own API credential, read from this environment variable.
+        #[arg(long)]
+        token_env: Option<String>,
+        /// The account's own API base URL (a Shopify shop's), instead of the source's.
+        #[arg(long)]
+        api_base: Option<String>,
+    },
     /// The registered accounts, of one source or all.
     List {
         source: Option<String>,
@@ -339,6 +356,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Serve => serve(config).await.map(|()| ExitCode::SUCCESS),
         Command::Reconcile {
             source,
+            account,
             kind,
             dry_run,
             json,
@@ -349,6 +367,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 config,
                 reconcile::Args {
                     source,
+                    account,
                     kind,
                     dry_run,
                     json,
@@ -447,111 +466,130 @@ pub(crate) async fn open_migrated(config: &Config) -> anyhow::Result<Db> {
 
 /// `accounts`: the registry of many-account sources.
 async fn accounts(config: &Config, action: AccountsAction) -> anyhow::Result<ExitCode> {
-    let many = |source: &str| -> Result<(), ExitCode> {
-        match config.source(source) {
-            Some(s) if s.accounts_from.is_some() => Ok(()),
-            Some(_) => {
-                eprintln!(
-                    "error: source {source:?} serves one account; add [sources.{source}.accounts] with `from` (where a delivery's signed body names its account) to serve many"
-                );
-                Err(ExitCode::from(EXIT_CONFIG))
-            }
-            None => {
-                eprintln!("error: no source {source:?} in the configuration");
-                Err(ExitCode::from(EXIT_CONFIG))
-            }
-        }
+    use crate::accounts::lifecycle::{Lifecycle, LifecycleError};
+    let code = |e: &LifecycleError| match e {
+        LifecycleError::NotRegistered { .. } => ExitCode::from(EXIT_FAILED),
+        e if e.caller_error() => ExitCode::from(EXIT_CONFIG),
+        _ => ExitCode::from(EXIT_FAILED),
     };
-    let checked = match &action {
-        AccountsAction::Add { source, account }
+    // Mistakes of the command are told before the database is opened.
+    let (source, account) = match &action {
+        AccountsAction::Add {
+            source, account, ..
+        }
         | AccountsAction::Disable { source, account }
         | AccountsAction::Enable { source, account }
         | AccountsAction::Remove {
             source, account, ..
-        } => many(source).and_then(|()| {
-            crate::change::limits::check_id(account).map_err(|why| {
-                eprintln!("error: account {account:?}: {why}");
-                ExitCode::from(EXIT_CONFIG)
-            })
-        }),
-        AccountsAction::List { source, .. } => source.as_deref().map_or(Ok(()), many),
+        } => (Some(source.as_str()), Some(account.as_str())),
+        AccountsAction::List { source, .. } => (source.as_deref(), None),
     };
-    if let Err(code) = checked {
-        return Ok(code);
-    }
-    let db = open_migrated(config).await?;
-    let registry = crate::accounts::Accounts::new(db.clone());
-    let missing = |source: &str, account: &str| {
-        eprintln!("error: account {account:?} of {source:?} is not registered");
-        ExitCode::from(EXIT_FAILED)
-    };
-    Ok(match action {
-        AccountsAction::Add { source, account } => {
-            registry.add(&source, &account).await?;
-            println!("{source}: account {account} added; its deliveries are applied");
-            ExitCode::SUCCESS
+    if let Some(source) = source {
+        let problem = match config.source(source) {
+            None => Some(LifecycleError::UnknownSource(source.into())),
+            Some(s) if s.accounts.is_none() => Some(LifecycleError::SingleAccount(source.into())),
+            Some(_) => account.and_then(|a| {
+                crate::change::limits::check_id(a)
+                    .err()
+                    .map(|why| LifecycleError::BadAccount {
+                        account: a.into(),
+                        why: why.to_string(),
+                    })
+            }),
+        };
+        if let Some(e) = problem {
+            eprintln!("error: {e}");
+            return Ok(code(&e));
         }
+    }
+    let credential = match &action {
+        AccountsAction::Add {
+            token_file,
+            token_env,
+            ..
+        } => match crate::config::secret_from_file_or_env(
+            token_file.as_deref(),
+            token_env.as_deref(),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: the account's credential: {e}");
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            }
+        },
+        _ => None,
+    };
+    let db = open_migrated(config).await?;
+    let life = Lifecycle::new(
+        std::sync::Arc::new(config.clone()),
+        crate::store::Store::new(db),
+    );
+    let done = match action {
+        AccountsAction::Add {
+            source,
+            account,
+            api_base,
+            ..
+        } => life
+            .add(&source, &account, api_base, credential)
+            .await
+            .map(|()| {
+                format!("{source}: account {account} added; its deliveries are applied, and its first sync starts within seconds under `serve`")
+            }),
         AccountsAction::List { source, json } => {
-            let rows = registry.list(source.as_deref()).await?;
+            let rows = match life.list(source.as_deref()).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(code(&e));
+                }
+            };
             if json {
                 println!("{}", serde_json::to_string(&rows)?);
             } else {
                 for r in &rows {
                     println!(
-                        "{}\t{}\t{}\t{}",
+                        "{}\t{}\t{}\t{}\t{}\t{}",
                         r.source,
                         r.account,
                         if r.enabled { "enabled" } else { "disabled" },
+                        r.api_base.as_deref().unwrap_or("-"),
+                        if r.has_credential { "own-credential" } else { "source-credential" },
                         r.created_at
                     );
                 }
             }
-            ExitCode::SUCCESS
+            return Ok(ExitCode::SUCCESS);
         }
-        AccountsAction::Disable { source, account }
-        | AccountsAction::Enable { source, account }
-            if !registry
-                .list(Some(&source))
-                .await?
-                .iter()
-                .any(|r| r.account == account) =>
-        {
-            missing(&source, &account)
-        }
-        AccountsAction::Disable { source, account } => {
-            registry.set_enabled(&source, &account, false).await?;
-            println!(
-                "{source}: account {account} disabled; its deliveries are answered \"ignored\""
-            );
-            ExitCode::SUCCESS
-        }
-        AccountsAction::Enable { source, account } => {
-            registry.set_enabled(&source, &account, true).await?;
-            println!("{source}: account {account} enabled");
-            ExitCode::SUCCESS
-        }
+        AccountsAction::Disable { source, account } => life
+            .set_enabled(&source, &account, false)
+            .await
+            .map(|()| format!("{source}: account {account} disabled; its deliveries are answered \"ignored\" and it is not reconciled")),
+        AccountsAction::Enable { source, account } => life
+            .set_enabled(&source, &account, true)
+            .await
+            .map(|()| format!("{source}: account {account} enabled; a sync starts within seconds under `serve`")),
         AccountsAction::Remove {
             source,
             account,
             purge,
-        } => {
-            // Disabled first, so no delivery writes a row of it meanwhile; unregistered
-            // last, so a failure halfway leaves it disabled and the command can be run
-            // again.
-            if !registry.set_enabled(&source, &account, false).await? {
-                return Ok(missing(&source, &account));
-            }
-            let store = crate::store::Store::new(db);
-            let done = if purge {
-                let n = store.purge_account(&source, &account).await?;
-                format!("{n} rows deleted")
+        } => life.remove(&source, &account, purge).await.map(|r| {
+            let done = if r.purged {
+                format!("{} rows deleted", r.rows)
             } else {
-                let n = store.tombstone_account(&source, &account).await?;
-                format!("{n} rows tombstoned (each a change in the feed)")
+                format!("{} rows tombstoned (each a change in the feed)", r.rows)
             };
-            registry.remove(&source, &account).await?;
-            println!("{source}: account {account} removed; {done}");
+            format!("{source}: account {account} removed; {done}")
+        }),
+    };
+    Ok(match done {
+        Ok(line) => {
+            println!("{line}");
             ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            code(&e)
         }
     })
 }

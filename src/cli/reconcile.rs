@@ -18,6 +18,8 @@ use crate::store::Store;
 
 pub struct Args {
     pub source: Option<String>,
+    /// One account of a many-account source (default: each enabled one).
+    pub account: Option<String>,
     pub kind: Option<String>,
     pub dry_run: bool,
     pub json: bool,
@@ -59,6 +61,15 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(EXIT_CONFIG));
     }
+    if let Some(a) = &args.account {
+        if let Some((s, _)) = selected.iter().find(|(s, _)| s.accounts.is_none()) {
+            eprintln!(
+                "--account {a:?}: source {:?} serves one account; name a many-account source with --source",
+                s.name
+            );
+            return Ok(ExitCode::from(EXIT_CONFIG));
+        }
+    }
     let cancel = CancellationToken::new();
     {
         let cancel = cancel.clone();
@@ -74,14 +85,22 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         allow_mass_delete: args.allow_mass_delete,
     };
     let mut reports = Vec::new();
+    let mut runs = Vec::new();
     for (source, kind) in &selected {
+        let accounts = match &args.account {
+            Some(a) => vec![a.clone()],
+            None => reconciler.accounts_of(source).await?,
+        };
+        runs.extend(accounts.into_iter().map(|a| (source, kind, a)));
+    }
+    for (source, kind, account) in runs {
         let bar = terminal.then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
-            bar.set_prefix(format!("{}/{}", source.name, kind.name));
+            bar.set_prefix(run_name(&source.name, &account, &kind.name));
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
         });
@@ -97,7 +116,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         let report = reconciler
-            .run_kind(source, kind, &opts, &cancel, &progress)
+            .run_account_kind(source, kind, &account, &opts, &cancel, &progress)
             .await;
         if let Some(bar) = bar {
             bar.finish_and_clear();
@@ -120,6 +139,15 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `source/kind`, or `source[account]/kind` for an account of a many-account source.
+fn run_name(source: &str, account: &str, kind: &str) -> String {
+    if account.is_empty() {
+        format!("{source}/{kind}")
+    } else {
+        format!("{source}[{account}]/{kind}")
+    }
 }
 
 fn print_table(reports: &[KindReport]) {
@@ -150,7 +178,7 @@ fn print_table(reports: &[KindReport]) {
         };
         println!(
             "{:<24} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>8.1}s",
-            format!("{}/{}", r.source, r.kind),
+            run_name(&r.source, &r.account, &r.kind),
             status,
             c.pages,
             c.scanned,
@@ -164,7 +192,9 @@ fn print_table(reports: &[KindReport]) {
     }
     for r in reports {
         match &r.status {
-            RunStatus::Failed { error } => println!("{}/{}: {error}", r.source, r.kind),
+            RunStatus::Failed { error } => {
+                println!("{}: {error}", run_name(&r.source, &r.account, &r.kind))
+            }
             RunStatus::Skipped {
                 lease_holder,
                 lease_expires_at,

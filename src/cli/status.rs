@@ -33,7 +33,19 @@ struct Status {
     consumers: Vec<ConsumerStatus>,
     dead_letters: Vec<SourceCount>,
     last_prune: Option<PruneRow>,
+    /// Many-account sources: account-kinds by state, and the most overdue by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    accounts: Option<AccountsStatus>,
 }
+
+#[derive(Serialize)]
+struct AccountsStatus {
+    counts: Vec<crate::accounts::DueCount>,
+    most_overdue: Vec<crate::accounts::Overdue>,
+}
+
+/// How many overdue account-kinds `status` names.
+const MOST_OVERDUE: i64 = 10;
 
 pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let db = super::open_migrated(config).await?;
@@ -57,6 +69,15 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             lag: feed.lag(c).await?,
         });
     }
+    let accounts = if config.sources.iter().any(|s| s.accounts.is_some()) {
+        let registry = crate::accounts::Accounts::new(db.clone());
+        Some(AccountsStatus {
+            counts: registry.due_counts().await?,
+            most_overdue: registry.most_overdue(MOST_OVERDUE).await?,
+        })
+    } else {
+        None
+    };
     let dead_letters = Store::new(db).dead_letter_counts().await?;
     let last_prune = book.last_prune().await?;
     let st = Status {
@@ -64,6 +85,7 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         consumers,
         dead_letters,
         last_prune,
+        accounts,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
@@ -119,6 +141,9 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             }
         );
     }
+    if let Some(a) = &st.accounts {
+        print_accounts(a);
+    }
     if st.dead_letters.is_empty() {
         println!("dead letters: none");
     } else {
@@ -144,6 +169,37 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         None => println!("last prune: never"),
     }
     Ok(())
+}
+
+/// One line per many-account source (its account-kinds by state), then the most
+/// overdue (failed first) by name.
+fn print_accounts(a: &AccountsStatus) {
+    let mut sources: Vec<&str> = a.counts.iter().map(|c| c.source.as_str()).collect();
+    sources.dedup();
+    for source in sources {
+        let of = || a.counts.iter().filter(|c| c.source == source);
+        let total: i64 = of().map(|c| c.count).sum();
+        let overdue: i64 = of().map(|c| c.overdue).sum();
+        let states: Vec<String> = of().map(|c| format!("{} {}", c.count, c.status)).collect();
+        println!(
+            "accounts of {source}: {total} account-kinds ({}), {overdue} overdue",
+            states.join(", ")
+        );
+    }
+    for o in &a.most_overdue {
+        println!(
+            "  {}[{}]/{}: {}, due {:.0}s ago{}",
+            o.source,
+            o.account,
+            o.kind,
+            o.status,
+            o.overdue_secs.max(0.0),
+            o.error
+                .as_deref()
+                .map(|e| format!(" — {e}"))
+                .unwrap_or_default()
+        );
+    }
 }
 
 pub async fn prune(config: &Config) -> anyhow::Result<()> {

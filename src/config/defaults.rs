@@ -108,3 +108,6 @@ pub const CATCHUP_FIELD: &str = "/created";
 
 // [sources.NAME.kinds.KIND.events."TYPE"]
 pub const EVENT_STATE: &str = "/data";
+
+/// Account-kinds one process reconciles at once.
+pub const ACCOUNT_CONCURRENCY: u32 = 4;

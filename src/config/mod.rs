@@ -27,7 +27,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 
 pub use raw::RawConfig;
-pub use secret::WebhookSecret;
+pub use secret::{WebhookSecret, from_file_or_env as secret_from_file_or_env};
 pub use types::*;
 pub use validate::{parse_duration, redact_password as redact_database_url};
 

@@ -25,6 +25,7 @@ pub struct RawConfig {
     pub log: RawLog,
     pub sources: BTreeMap<String, RawSource>,
     pub consumers: BTreeMap<String, RawConsumer>,
+    pub accounts: RawAccounts,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -163,8 +164,29 @@ pub struct RawSource {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSourceAccounts {
-    /// JSON pointer into the signed body (Stripe Connect: `/account`).
-    pub from: String,
+    /// JSON pointer into the signed body (Stripe Connect: `/account`). A preset fills
+    /// it; Shopify signs no account (the shop is only in a header).
+    pub from: Option<String>,
+    /// The header naming the account on every API request (Stripe: `Stripe-Account`).
+    pub header: Option<String>,
+    /// A base URL per account, `{account}` replaced by its id (Shopify:
+    /// `https://{account}/admin/api/2025-01`); an account's own `api_base` wins.
+    pub api_base: Option<String>,
+    /// A GitHub App: its id and private key (a secret reference to the PEM); each
+    /// installation's token is minted from them.
+    pub app_id: Option<String>,
+    pub app_key: Option<RawSecret>,
+    /// How many account-kinds one process reconciles at once (default 4).
+    pub concurrency: Option<u32>,
+}
+
+/// `[accounts]`: settings of every many-account source.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAccounts {
+    /// The key account credentials are sealed with: a secret reference to 32 random
+    /// bytes in base64.
+    pub key: Option<RawSecret>,
 }
 
 /// `[sources.NAME.catchup]`: the sender's events API.

@@ -43,6 +43,20 @@ pub(super) fn resolve(r: &RawSecret) -> Result<String, String> {
     }
 }
 
+/// A secret named on the command line (`--token-file F` or `--token-env VAR`), read as
+/// a reference in the configuration is.
+pub fn from_file_or_env(
+    file: Option<&str>,
+    env: Option<&str>,
+) -> Result<Option<secrecy::SecretString>, String> {
+    let r = match (file, env) {
+        (Some(f), _) => RawSecret::File { file: f.into() },
+        (None, Some(e)) => RawSecret::Env { env: e.into() },
+        (None, None) => return Ok(None),
+    };
+    resolve(&r).map(|v| Some(secrecy::SecretString::from(v)))
+}
+
 /// systemd's `LoadCredential=` puts secrets under `$CREDENTIALS_DIRECTORY`; a unit file
 /// cannot know that path in advance, so the configuration may name it.
 fn expand_credentials_dir(path: &str) -> Result<String, String> {

@@ -501,9 +501,32 @@ pub struct SourceConfig {
     pub kinds: Vec<KindConfig>,
     pub catchup: Option<CatchupConfig>,
     pub preset: Option<Preset>,
-    /// Many accounts behind this source: the pointer into a delivery's signed body that
-    /// names its account. `None`: one account (`""`).
-    pub accounts_from: Option<String>,
+    /// Many accounts behind this source (`[sources.NAME.accounts]`); `None`: one account
+    /// (`""`).
+    pub accounts: Option<AccountsConfig>,
+}
+
+/// `[sources.NAME.accounts]`, validated.
+#[derive(Debug, Clone)]
+pub struct AccountsConfig {
+    /// The pointer into a delivery's signed body that names its account; `None` when the
+    /// sender signs none (Shopify).
+    pub from: Option<String>,
+    /// The request header naming the account (Stripe: `Stripe-Account`).
+    pub header: Option<String>,
+    /// A base URL per account with `{account}` in it (Shopify).
+    pub api_base: Option<String>,
+    /// A GitHub App whose installations are the accounts.
+    pub app: Option<GithubApp>,
+    /// Account-kinds one process reconciles at once.
+    pub concurrency: usize,
+}
+
+/// A GitHub App's id and private key (PEM).
+#[derive(Debug, Clone)]
+pub struct GithubApp {
+    pub app_id: String,
+    pub key: SecretString,
 }
 
 impl SourceConfig {
@@ -525,6 +548,8 @@ pub struct Config {
     pub log: LogConfig,
     pub sources: Vec<SourceConfig>,
     pub consumers: Vec<ConsumerConfig>,
+    /// `accounts.key`: seals and opens account credentials kept in the database.
+    pub accounts_key: Option<std::sync::Arc<crate::accounts::credential::AccountsKey>>,
     /// Settings that work but deserve a look (`check-config` prints them, `serve` logs
     /// them at start), each naming its key.
     pub warnings: Vec<super::Problem>,

@@ -5,6 +5,7 @@
 //! Invariant: no input makes a handler answer 500; every error body is JSON
 //! `{"error": "..."}`.
 
+mod admin;
 mod listener;
 mod reply;
 
@@ -40,6 +41,8 @@ pub struct HttpState {
     pub db: Db,
     pub book: Bookkeeping,
     pub config: Arc<Config>,
+    /// The store deliveries write through (account removals tombstone through it).
+    pub store: crate::store::Store,
 }
 
 /// The routes of the public listener, and of the operators' one when
@@ -70,6 +73,7 @@ pub fn router(state: HttpState) -> Routers {
             }),
         );
     }
+    let life = crate::accounts::lifecycle::Lifecycle::new(state.config.clone(), state.store);
     let (db, book, config) = (state.db, state.book, state.config);
     let (db2, book2, config2) = (db.clone(), book.clone(), config.clone());
     let admin_apart = config.http.admin_listen.is_some();
@@ -91,6 +95,7 @@ pub fn router(state: HttpState) -> Routers {
     let admin_token = config.http.admin_token.clone();
     let (db3, book3, config3) = (db.clone(), book.clone(), config.clone());
     let ops = router
+        .merge(admin::routes(life, config.http.admin_token.clone()))
         .route(
             "/admin/status",
             get(move |headers: HeaderMap| {

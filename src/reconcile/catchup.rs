@@ -105,7 +105,9 @@ impl Reconciler {
             let counts = &mut run.report.counts;
             match result {
                 Ok((Outcome::Applied, _)) => counts.applied += 1,
-                Ok((Outcome::Duplicate | Outcome::Ignored, _)) => counts.equal += 1,
+                Ok((Outcome::Duplicate | Outcome::Ignored | Outcome::Fetching, _)) => {
+                    counts.equal += 1
+                }
                 Ok((Outcome::Stale, _)) => counts.newer_local += 1,
                 Ok((Outcome::Conflict, key)) => {
                     counts.differing += 1;
@@ -128,7 +130,10 @@ impl Reconciler {
             .apply_page(std::sync::Arc::new([]), Guard::NewerOnly, mark)
             .await??;
         for key in conflicts {
-            if let Err(e) = self.resolve(&key.source, &key.kind, &key.id).await {
+            if let Err(e) = self
+                .resolve_in(&key.source, &key.account, &key.kind, &key.id)
+                .await
+            {
                 tracing::warn!(
                     source,
                     kind = key.kind,

@@ -6,7 +6,6 @@ use std::hash::BuildHasher;
 use super::sweep::{DRY_RUN_EXAMPLES, Run};
 use super::{Reconciler, RunError};
 use crate::change::Key;
-use crate::config::{KindConfig, SourceConfig};
 use crate::db::DbTime;
 
 /// Ids per page of the local scan (~300 KB): a tenth of the round trips of 1,000. Most
@@ -139,7 +138,7 @@ impl Reconciler {
         // First pass: count, without writing anything.
         let mut gone = 0usize;
         let mut scan = LiveScan::default();
-        while let Some(ids) = scan.next(self, source, kind, sweep_started).await? {
+        while let Some(ids) = scan.next(self, &run.key(), sweep_started).await? {
             for id in ids.iter().filter(|id| !seen.contains(id)) {
                 gone += 1;
                 if dry_run && run.report.would_tombstone.len() < DRY_RUN_EXAMPLES {
@@ -168,17 +167,12 @@ impl Reconciler {
         let fence = self.book.fence(&run.key(), source.reconcile.lease_ttl);
         let mut total = 0;
         let mut scan = LiveScan::default();
-        while let Some(ids) = scan.next(self, source, kind, sweep_started).await? {
+        while let Some(ids) = scan.next(self, &run.key(), sweep_started).await? {
             let unseen: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
             if !unseen.is_empty() {
                 total += self
                     .store
-                    .tombstone(
-                        &Key::new(&source.name, &kind.name),
-                        unseen,
-                        sweep_started,
-                        fence.clone(),
-                    )
+                    .tombstone(&run.key(), unseen, sweep_started, fence.clone())
                     .await??;
             }
         }
@@ -199,8 +193,7 @@ impl LiveScan {
     async fn next(
         &mut self,
         r: &Reconciler,
-        source: &SourceConfig,
-        kind: &KindConfig,
+        key: &Key,
         sweep_started: DbTime,
     ) -> Result<Option<Vec<String>>, RunError> {
         if self.done {
@@ -208,12 +201,7 @@ impl LiveScan {
         }
         let ids = r
             .store
-            .live_ids_before(
-                &Key::new(&source.name, &kind.name),
-                sweep_started,
-                self.after.clone(),
-                DELETE_SCAN_PAGE,
-            )
+            .live_ids_before(key, sweep_started, self.after.clone(), DELETE_SCAN_PAGE)
             .await?;
         match ids.last() {
             Some(last) => self.after = last.clone(),

@@ -60,6 +60,9 @@ pub enum RunStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct KindReport {
     pub source: String,
+    /// The account of a many-account source (absent for a single-account one).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub account: String,
     pub kind: String,
     #[serde(flatten)]
     pub status: RunStatus,
@@ -133,6 +136,8 @@ enum RunError {
     FetchTask(String),
     #[error("no sender for source {0}")]
     NoSender(String),
+    #[error("account {account:?}: {why}")]
+    Account { account: String, why: String },
 }
 
 /// Reconciles the kinds of the configured sources.
@@ -196,8 +201,74 @@ impl Reconciler {
             .collect()
     }
 
+    /// Whether a many-account source's own account (`""`) is reconciled too: it is when
+    /// the source has a base URL of its own and accounts are told apart by a header
+    /// only (Stripe Connect: the platform's own objects). A single-account source's
+    /// only account is `""`.
+    pub fn reconciles_own_account(source: &SourceConfig) -> bool {
+        match &source.accounts {
+            None => true,
+            Some(a) => source.api_base.is_some() && a.api_base.is_none() && a.app.is_none(),
+        }
+    }
+
+    /// The accounts a run of `source` covers: `""` (see
+    /// [`Reconciler::reconciles_own_account`]), then its enabled registered accounts.
+    pub async fn accounts_of(&self, source: &SourceConfig) -> Result<Vec<String>, DbError> {
+        let mut out = Vec::new();
+        if Self::reconciles_own_account(source) {
+            out.push(String::new());
+        }
+        if source.accounts.is_some() {
+            out.extend(
+                self.store
+                    .accounts()
+                    .list(Some(&source.name))
+                    .await?
+                    .into_iter()
+                    .filter(|a| a.enabled)
+                    .map(|a| a.account),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The accounts registry the scheduler claims due account-kinds from.
+    pub fn registry(&self) -> crate::accounts::Accounts {
+        self.store.accounts()
+    }
+
     fn sender(&self, source: &str) -> Option<&Sender> {
         self.senders.iter().find(|s| s.source() == source)
+    }
+
+    /// The client for `account` of `source` (`""`: the source's own): its base URL,
+    /// credential and budget from the registry. An account whose credential cannot be
+    /// opened fails its own runs, nobody else's.
+    async fn sender_for(&self, source: &str, account: &str) -> Result<Sender, RunError> {
+        let sender = self
+            .sender(source)
+            .ok_or_else(|| RunError::NoSender(source.to_string()))?;
+        if account.is_empty() {
+            return Ok(sender.clone());
+        }
+        let fail = |why: String| RunError::Account {
+            account: account.to_string(),
+            why,
+        };
+        let access = self
+            .store
+            .accounts()
+            .access(source, account, self.config.accounts_key.as_deref())
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .ok_or_else(|| fail("not registered (accounts add)".into()))?;
+        if !access.enabled {
+            return Err(fail("disabled (accounts enable)".into()));
+        }
+        sender
+            .for_account(account, access.api_base, access.credential)
+            .map_err(RunError::from)
     }
 
     /// Runs one kind to the end (or to `cancel`, between pages). `progress` is called
@@ -210,9 +281,25 @@ impl Reconciler {
         cancel: &CancellationToken,
         progress: &(dyn Fn(&RunCounts) + Send + Sync),
     ) -> KindReport {
+        self.run_account_kind(source, kind, "", opts, cancel, progress)
+            .await
+    }
+
+    /// [`Reconciler::run_kind`] for one account of a many-account source, under that
+    /// account-kind's own lease, with the account's client.
+    pub async fn run_account_kind(
+        &self,
+        source: &SourceConfig,
+        kind: &KindConfig,
+        account: &str,
+        opts: &RunOptions,
+        cancel: &CancellationToken,
+        progress: &(dyn Fn(&RunCounts) + Send + Sync),
+    ) -> KindReport {
         let span = tracing::info_span!(
             "reconcile",
             source = source.name,
+            account,
             kind = kind.name,
             dry_run = opts.dry_run
         );
@@ -220,6 +307,7 @@ impl Reconciler {
             let started = Instant::now();
             let mut report = KindReport {
                 source: source.name.clone(),
+                account: account.to_string(),
                 kind: kind.name.clone(),
                 status: RunStatus::Succeeded,
                 dry_run: opts.dry_run,
@@ -233,6 +321,7 @@ impl Reconciler {
             };
             let run = sweep::Run {
                 source,
+                account,
                 kind,
                 opts,
                 report: &mut report,

@@ -27,19 +27,17 @@ impl Reconciler {
         &self,
         source: &SourceConfig,
         kind: &KindConfig,
+        key: &Key,
         dry_run: bool,
     ) -> Result<Plan, RunError> {
         if let (Some(catchup), Listing::Events) = (&source.catchup, kind.listing) {
-            return self.plan_catchup(source, catchup).await;
+            return self.plan_catchup(key, catchup).await;
         }
         let full_every = kind
             .incremental
             .as_ref()
             .map_or(Duration::ZERO, |i| i.full_every);
-        let position = self
-            .book
-            .sweep_position(&Key::new(&source.name, &kind.name), full_every)
-            .await?;
+        let position = self.book.sweep_position(key, full_every).await?;
         let now = position.now;
         if let (Some(inc), false, Some(watermark)) = (
             &kind.incremental,
@@ -86,15 +84,8 @@ impl Reconciler {
     /// Catch-up lists the events created since the watermark minus the overlap, never
     /// further back than the sender keeps them (`window`): the whole window the first
     /// time, and after a stop longer than the window.
-    async fn plan_catchup(
-        &self,
-        source: &SourceConfig,
-        catchup: &CatchupConfig,
-    ) -> Result<Plan, RunError> {
-        let position = self
-            .book
-            .sweep_position(&Key::catchup(&source.name), Duration::ZERO)
-            .await?;
+    async fn plan_catchup(&self, key: &Key, catchup: &CatchupConfig) -> Result<Plan, RunError> {
+        let position = self.book.sweep_position(key, Duration::ZERO).await?;
         let now = position.now;
         let micros = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
         let oldest = now

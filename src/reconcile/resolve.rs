@@ -18,6 +18,18 @@ impl Reconciler {
     /// Fetches one resource from the sender and applies it. `Ok(false)`: the kind has no
     /// `get`, the sender does not have it, or it changed nothing.
     pub async fn resolve(&self, source: &str, kind: &str, id: &str) -> Result<bool, String> {
+        self.resolve_in(source, "", kind, id).await
+    }
+
+    /// [`Reconciler::resolve`] in `account` of a many-account source, through that
+    /// account's API.
+    pub async fn resolve_in(
+        &self,
+        source: &str,
+        account: &str,
+        kind: &str,
+        id: &str,
+    ) -> Result<bool, String> {
         let Some((s, k)) = self
             .config
             .sources
@@ -31,7 +43,10 @@ impl Reconciler {
         if k.get.is_none() {
             return Ok(false);
         }
-        let sender = self.sender(source).ok_or("no sender")?;
+        let sender = self
+            .sender_for(source, account)
+            .await
+            .map_err(|e| e.to_string())?;
         let fetch_time = k.by_fetch_time();
         for attempt in 1..=SAME_SECOND_ATTEMPTS {
             let Some(fetched) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
@@ -40,12 +55,16 @@ impl Reconciler {
             let mut change = item_pointers(k, chrono::Utc::now().timestamp_micros())
                 .read(&fetched.item, &s.name, &k.name)
                 .map_err(|e| format!("GET {id}: {e}"))?;
+            change.account = account.to_string();
             if let Some(date) = fetched.date {
                 change.version = date;
             }
             let local = self
                 .store
-                .stored_rows(&Key::new(source, kind), vec![change.id.clone()])
+                .stored_rows(
+                    &Key::new(source, kind).in_account(account),
+                    vec![change.id.clone()],
+                )
                 .await
                 .map_err(|e| e.to_string())?;
             let verdicts = compare::compare_page(

@@ -2,6 +2,13 @@
 //! starts a run of its kind or, if the previous run of that kind is still going, is
 //! skipped.
 //!
+//! A many-account source's kinds are not one timer per account: each kind has one loop
+//! (`accounts_loop`) that claims the due account-kinds from the database — most overdue
+//! first, moving each to the kind's next tick as it is claimed, other replicas' claims
+//! skipped — and runs them, at most `accounts.concurrency` of the source at once in
+//! this process. A failing account is recorded and waits for its next tick; the others
+//! go on.
+//!
 //! What the crate does not do, done here: `every` intervals are expressed as cron
 //! expressions (its fixed-interval jobs stop for good after a process pause longer than
 //! the interval; cron jobs survive it), overlapping runs are prevented with a per-kind
@@ -11,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,11 +35,44 @@ pub async fn start(
     tracker: TaskTracker,
 ) -> anyhow::Result<Option<JobScheduler>> {
     let mut planned = Vec::new();
+    let mut slots: std::collections::HashMap<String, Arc<Semaphore>> = Default::default();
     for (source, kind) in reconciler.kinds(None, None) {
         let Some(schedule) = source.schedule_of(kind) else {
             continue;
         };
         let cron = schedule.cron_expression();
+        if let Some(a) = &source.accounts {
+            let slots = slots
+                .entry(source.name.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(a.concurrency)))
+                .clone();
+            let parsed = croner::parser::CronParser::builder()
+                .seconds(croner::parser::Seconds::Required)
+                .build()
+                .parse(&cron)
+                .map_err(|e| {
+                    anyhow::anyhow!("sources.{}.reconcile: schedule {cron:?}: {e}", source.name)
+                })?;
+            let lp = AccountsLoop {
+                reconciler: reconciler.clone(),
+                source: source.name.clone(),
+                kind: kind.name.clone(),
+                cron: parsed,
+                slots,
+                cancel: cancel.clone(),
+                tracker: tracker.clone(),
+            };
+            tracing::info!(
+                source = source.name,
+                kind = kind.name,
+                cron,
+                "reconcile of each account scheduled (UTC)"
+            );
+            tracker.spawn(lp.run());
+            if !Reconciler::reconciles_own_account(source) {
+                continue;
+            }
+        }
         planned.push((
             source.name.clone(),
             kind.name.clone(),
@@ -119,6 +159,154 @@ fn trigger(
             .run_kind(&s, &k, &RunOptions::default(), &cancel, &|_| {})
             .await;
     });
+}
+
+/// How often a kind's loop looks for due account-kinds (an `accounts add` is picked up
+/// within this).
+const CLAIM_POLL: Duration = Duration::from_secs(1);
+/// How often it schedules accounts registered behind its back (SQL, an older release).
+const SEED_EVERY: Duration = Duration::from_secs(60);
+
+/// One kind of a many-account source: claims due account-kinds and runs them.
+struct AccountsLoop {
+    reconciler: Reconciler,
+    source: String,
+    kind: String,
+    cron: croner::Cron,
+    /// The source's run slots in this process (`accounts.concurrency`).
+    slots: Arc<Semaphore>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl AccountsLoop {
+    async fn run(self) {
+        let registry = self.reconciler.registry();
+        let mut seeded: Option<tokio::time::Instant> = None;
+        while !self.cancel.is_cancelled() {
+            if seeded.is_none_or(|t| t.elapsed() >= SEED_EVERY) {
+                match registry.seed_due(&self.source, &self.kind).await {
+                    Ok(_) => seeded = Some(tokio::time::Instant::now()),
+                    Err(e) => {
+                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not schedule the registered accounts; trying again")
+                    }
+                }
+            }
+            let free = self.slots.available_permits();
+            let claimed = if free == 0 {
+                Vec::new()
+            } else {
+                match registry
+                    .claim_due(&self.source, &self.kind, self.next_tick(), free)
+                    .await
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not claim due accounts; trying again");
+                        Vec::new()
+                    }
+                }
+            };
+            let full = !claimed.is_empty() && claimed.len() == free;
+            for account in claimed {
+                // Another kind of the source may have taken the slot meanwhile: the
+                // claimed account-kind waits for the next one free.
+                let permit = tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    p = self.slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                };
+                let this = self.clone_parts();
+                let registry = registry.clone();
+                self.tracker.spawn(async move {
+                    let _permit = permit;
+                    this.run_account(&registry, &account).await;
+                });
+            }
+            if full {
+                // Every slot is taken: wait for one, then claim again at once.
+                tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    p = self.slots.acquire() => drop(p),
+                }
+                continue;
+            }
+            tokio::select! {
+                () = self.cancel.cancelled() => return,
+                () = tokio::time::sleep(CLAIM_POLL) => {}
+            }
+        }
+    }
+
+    /// The kind's next tick at least a second from now: a claimed account-kind is due
+    /// again then (a second's margin for clocks that differ between replicas and the
+    /// database).
+    fn next_tick(&self) -> crate::db::DbTime {
+        let from = chrono::Utc::now() + chrono::Duration::seconds(1);
+        let next = self
+            .cron
+            .find_next_occurrence(&from, false)
+            .unwrap_or(from + chrono::Duration::hours(1));
+        crate::db::DbTime(next)
+    }
+
+    fn clone_parts(&self) -> Self {
+        Self {
+            reconciler: self.reconciler.clone(),
+            source: self.source.clone(),
+            kind: self.kind.clone(),
+            cron: self.cron.clone(),
+            slots: self.slots.clone(),
+            cancel: self.cancel.clone(),
+            tracker: self.tracker.clone(),
+        }
+    }
+
+    async fn run_account(&self, registry: &crate::accounts::Accounts, account: &str) {
+        let Some((s, k)) = self
+            .reconciler
+            .kinds(Some(&self.source), Some(&self.kind))
+            .into_iter()
+            .next()
+            .map(|(s, k)| (s.clone(), k.clone()))
+        else {
+            return;
+        };
+        let report = self
+            .reconciler
+            .run_account_kind(
+                &s,
+                &k,
+                account,
+                &RunOptions::default(),
+                &self.cancel,
+                &|_| {},
+            )
+            .await;
+        let (status, error) = match report.status {
+            super::RunStatus::Succeeded => ("succeeded", None),
+            super::RunStatus::Failed { error } => ("failed", Some(error)),
+            super::RunStatus::Skipped { .. } => ("skipped", None),
+        };
+        self.finish(registry, account, status, error).await;
+    }
+
+    async fn finish(
+        &self,
+        registry: &crate::accounts::Accounts,
+        account: &str,
+        status: &'static str,
+        error: Option<String>,
+    ) {
+        if let Err(e) = registry
+            .finish_due(&self.source, account, &self.kind, status, error)
+            .await
+        {
+            tracing::warn!(source = self.source, account, kind = self.kind, error = %e, "could not record the end of an account's run");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -42,14 +42,14 @@ pub(super) async fn fetch_pages(
 /// and the local rows of their ids. The catch-up's events are passed on as they are.
 pub(super) async fn read_page(
     store: &crate::store::Store,
-    source: &str,
+    key: &Key,
     kind: &KindConfig,
     mut page: crate::sender::Page,
 ) -> Result<(crate::sender::Page, Vec<ReadItem>, Vec<StoredRow>), RunError> {
     if kind.listing == Listing::Events {
         return Ok((page, Vec::new(), Vec::new()));
     }
-    let read = read_items(source, kind, std::mem::take(&mut page.items), page.date);
+    let read = read_items(key, kind, std::mem::take(&mut page.items), page.date);
     let ids: Vec<String> = read
         .iter()
         .filter_map(|r| match r {
@@ -57,9 +57,7 @@ pub(super) async fn read_page(
             ReadItem::Unreadable { .. } => None,
         })
         .collect();
-    let local = store
-        .stored_rows(&Key::new(source, kind.name.as_str()), ids)
-        .await?;
+    let local = store.stored_rows(key, ids).await?;
     Ok((page, read, local))
 }
 
@@ -81,7 +79,7 @@ pub(super) enum ReadItem {
 /// Reads a page's items with the kind's pointers (versioned by the response's `date`
 /// for a kind versioned by fetch time).
 fn read_items(
-    source: &str,
+    key: &Key,
     kind: &KindConfig,
     items: Vec<Box<serde_json::value::RawValue>>,
     date: Option<i64>,
@@ -102,8 +100,9 @@ fn read_items(
                 }
             };
             let read = pointers
-                .read(&item, source, &kind.name)
+                .read(&item, &key.source, &kind.name)
                 .map(|mut c| {
+                    c.account.clone_from(&key.account);
                     if let Some(date) = date {
                         c.version = date;
                     }

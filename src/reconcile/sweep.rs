@@ -28,6 +28,8 @@ const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// The context of one run, passed down once.
 pub(super) struct Run<'a> {
     pub source: &'a SourceConfig,
+    /// The account of a many-account source; `""` for a single-account one.
+    pub account: &'a str,
     pub kind: &'a KindConfig,
     pub opts: &'a RunOptions,
     pub report: &'a mut KindReport,
@@ -38,14 +40,14 @@ pub(super) struct Run<'a> {
 impl Run<'_> {
     /// The run's lease, records and rows: its source's kind (or catch-up).
     pub fn key(&self) -> Key {
-        Key::new(&self.source.name, &self.kind.name)
+        Key::new(&self.source.name, &self.kind.name).in_account(self.account)
     }
 }
 
 impl Reconciler {
     /// A dry run: no lease, no run record, nothing written.
     pub(super) async fn dry_run(&self, mut run: Run<'_>) -> Result<(), RunError> {
-        let plan = self.plan(run.source, run.kind, true).await?;
+        let plan = self.plan(run.source, run.kind, &run.key(), true).await?;
         self.sweep(&mut run, plan, None).await
     }
 
@@ -89,7 +91,7 @@ impl Reconciler {
     /// A leased run with its `reconcile_runs` row.
     async fn recorded_run(&self, run: &mut Run<'_>) -> Result<(), RunError> {
         let (source, kind) = (run.source, run.kind);
-        let plan = self.plan(source, kind, false).await?;
+        let plan = self.plan(source, kind, &run.key(), false).await?;
         let run_id = self.book.start_run(&run.key(), plan.mode).await?;
         let mut result = self.sweep(run, plan, Some(run_id)).await;
         // A resume point the sender no longer accepts (an expired cursor) must not
@@ -103,7 +105,7 @@ impl Reconciler {
             if run.report.resumed && run.report.counts.pages == 0 {
                 tracing::warn!(source = source.name, kind = kind.name, error = %e, "the sender refused the resume point; starting the sweep over");
                 self.book.clear_checkpoint(&run.key()).await?;
-                let plan = self.plan(source, kind, false).await?;
+                let plan = self.plan(source, kind, &run.key(), false).await?;
                 result = self.sweep(run, plan, Some(run_id)).await;
             }
         }
@@ -132,9 +134,7 @@ impl Reconciler {
         run_id: Option<RunId>,
     ) -> Result<(), RunError> {
         let (source, kind) = (run.source, run.kind);
-        let sender = self
-            .sender(&source.name)
-            .ok_or_else(|| RunError::NoSender(source.name.clone()))?;
+        let sender = self.sender_for(&source.name, run.account).await?;
         let Plan {
             mode,
             mut at,
@@ -176,14 +176,14 @@ impl Reconciler {
         )));
         let (read_tx, mut read_rx) = tokio::sync::mpsc::channel(1);
         let _reader = {
-            let (store, source, kind) = (self.store.clone(), source.name.clone(), kind.clone());
+            let (store, key, kind) = (self.store.clone(), run.key(), kind.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
                 while let Some(fetched) = pages_rx.recv().await {
                     let failed = fetched.is_err();
-                    let (store, source, kind) = (store.clone(), source.clone(), kind.clone());
+                    let (store, key, kind) = (store.clone(), key.clone(), kind.clone());
                     // Dropped with the channel when the run stops: the read is aborted.
                     let read = AbortOnDropHandle::new(tokio::spawn(async move {
-                        read_page(&store, &source, &kind, fetched?).await
+                        read_page(&store, &key, &kind, fetched?).await
                     }));
                     if read_tx.send(read).await.is_err() || failed {
                         break;
@@ -432,7 +432,7 @@ impl Reconciler {
     async fn settle_ambiguous(&self, run: &mut Run<'_>, ids: &[String]) {
         let (source, kind) = (&run.source.name, &run.kind.name);
         for id in ids {
-            match self.resolve(source, kind, id).await {
+            match self.resolve_in(source, run.account, kind, id).await {
                 Ok(true) => run.report.counts.applied += 1,
                 Ok(false) => {}
                 Err(e) => {

@@ -73,6 +73,32 @@ pub struct Sender {
     max_page_bytes: usize,
     /// Origins of `api_base` and of absolute `list` / `get` URLs: where the token goes.
     origins: Arc<Vec<String>>,
+    /// A many-account source: how requests name an account, and each account's budget.
+    accounts: Option<Arc<AccountsAccess>>,
+    /// The account this client's requests are for (`None`: the source's own).
+    account: Option<AccountScope>,
+}
+
+/// How a many-account source's requests reach each account.
+struct AccountsAccess {
+    /// The header naming the account on every request (Stripe's `Stripe-Account`).
+    header: Option<reqwest::header::HeaderName>,
+    /// A base URL per account, `{account}` in it.
+    api_base: Option<String>,
+    /// A GitHub App: installation tokens.
+    app: Option<Arc<github_app::AppTokens>>,
+    requests_per_second: f64,
+    /// One budget per account: one account's spent quota never slows another.
+    budgets: std::sync::Mutex<std::collections::HashMap<String, Arc<budget::Budget>>>,
+}
+
+/// The account of a client made by [`Sender::for_account`].
+#[derive(Clone)]
+struct AccountScope {
+    id: String,
+    header: Option<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    /// Mint the request's token for this installation.
+    app: Option<Arc<github_app::AppTokens>>,
 }
 
 /// The origins the source's own URLs are on (`api_base`, absolute `list` / `get`).
@@ -140,7 +166,79 @@ impl Sender {
             max_retry_wait: r.max_retry_wait,
             max_page_bytes: r.max_page_bytes,
             origins: Arc::new(origins),
+            accounts: source
+                .accounts
+                .as_ref()
+                .map(|a| accounts_access(source, a))
+                .transpose()?
+                .map(Arc::new),
+            account: None,
         })
+    }
+
+    /// This source's client for `account`: requests name it in the source's account
+    /// header, go to its own base URL (`api_base`, else the source's per-account
+    /// template, else the source's), carry its own credential (`token`, else a GitHub
+    /// App installation token, else the source's), and spend its own budget.
+    pub fn for_account(
+        &self,
+        account: &str,
+        api_base: Option<String>,
+        token: Option<SecretString>,
+    ) -> Result<Sender, SenderError> {
+        let Some(access) = &self.accounts else {
+            return Ok(self.clone());
+        };
+        let mut scoped = self.clone();
+        let base = api_base.or_else(|| {
+            access
+                .api_base
+                .as_ref()
+                .map(|t| t.replace("{account}", account))
+        });
+        if let Some(base) = base {
+            let origin = origin_of(&base).ok_or_else(|| {
+                SenderError::BadUrl(format!(
+                    "account {account:?}: api_base {base:?} is not an http(s) URL"
+                ))
+            })?;
+            let mut origins = (*self.origins).clone();
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+            scoped.origins = Arc::new(origins);
+            scoped.api_base = Some(base);
+        }
+        let header = match &access.header {
+            Some(h) => {
+                let v = reqwest::header::HeaderValue::from_str(account).map_err(|_| {
+                    SenderError::BadUrl(format!("account {account:?} cannot be sent in header {h}"))
+                })?;
+                Some((h.clone(), v))
+            }
+            None => None,
+        };
+        let app = if token.is_none() {
+            access.app.clone()
+        } else {
+            None
+        };
+        if let Some(t) = token {
+            scoped.token = Some(t);
+        }
+        scoped.budget = {
+            let mut budgets = access.budgets.lock().unwrap_or_else(|e| e.into_inner());
+            budgets
+                .entry(account.to_string())
+                .or_insert_with(|| Arc::new(budget::Budget::new(access.requests_per_second)))
+                .clone()
+        };
+        scoped.account = Some(AccountScope {
+            id: account.to_string(),
+            header,
+            app,
+        });
+        Ok(scoped)
     }
 
     /// Refuses a URL of `kind` that leads off the sender's origins: a next link, a
@@ -367,7 +465,25 @@ impl Sender {
             .http
             .get(url.clone())
             .header("Accept", "application/json");
-        if let Some(token) = &self.token {
+        let minted = match &self.account {
+            Some(AccountScope {
+                id, app: Some(app), ..
+            }) => Some(app.token(id).await.map_err(|e| Attempt {
+                reason: e.to_string(),
+                retryable: false,
+                rate_limited: false,
+                retry_after: None,
+            })?),
+            _ => None,
+        };
+        if let Some(AccountScope {
+            header: Some((h, v)),
+            ..
+        }) = &self.account
+        {
+            req = req.header(h.clone(), v.clone());
+        }
+        if let Some(token) = minted.as_ref().or(self.token.as_ref()) {
             req = match &self.token_header {
                 None => req.bearer_auth(token.expose_secret()),
                 Some(h) => {
@@ -396,6 +512,16 @@ impl Sender {
         let retry_after = self.budget.observe(resp.headers());
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
+        }
+        if let (
+            StatusCode::UNAUTHORIZED,
+            Some(AccountScope {
+                id, app: Some(app), ..
+            }),
+        ) = (status, &self.account)
+        {
+            // Revoked, or the App's key rotated: the next request mints a new token.
+            app.forget(id);
         }
         if !status.is_success() {
             // GitHub refuses a spent quota with 403 and X-RateLimit-Remaining: 0.
@@ -459,6 +585,43 @@ impl Sender {
             body.extend_from_slice(&chunk);
         }
     }
+}
+
+/// How `source`'s requests reach each of its accounts.
+fn accounts_access(
+    source: &SourceConfig,
+    a: &crate::config::AccountsConfig,
+) -> anyhow::Result<AccountsAccess> {
+    let app = match &a.app {
+        Some(app) => {
+            // The exchange is on the API's origin (`https://api.github.com`), whatever
+            // path the source's base URL has.
+            let base = source
+                .api_base
+                .as_deref()
+                .and_then(|b| url::Url::parse(b).ok())
+                .map(|u| u.origin().ascii_serialization())
+                .unwrap_or_else(|| "https://api.github.com".into());
+            Some(Arc::new(github_app::AppTokens::new(
+                &app.app_id,
+                &app.key,
+                &base,
+                source.reconcile.timeout,
+            )?))
+        }
+        None => None,
+    };
+    Ok(AccountsAccess {
+        header: a
+            .header
+            .as_deref()
+            .map(|h| reqwest::header::HeaderName::from_bytes(h.as_bytes()))
+            .transpose()?,
+        api_base: a.api_base.clone(),
+        app,
+        requests_per_second: source.requests_per_second,
+        budgets: std::sync::Mutex::new(std::collections::HashMap::new()),
+    })
 }
 
 /// Most redirects followed for one request.

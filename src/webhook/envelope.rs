@@ -12,6 +12,9 @@ pub struct Envelope {
     pub id: String,
     pub event_type: String,
     pub doc: Value,
+    /// The account an unsigned header names (Shopify's `X-Shopify-Shop-Domain`): a
+    /// hint only, never trusted for what is written.
+    pub account_hint: Option<String>,
 }
 
 /// Why a body is not an envelope (400, nothing written).
@@ -66,6 +69,7 @@ pub fn from_value(doc: Value, headers: HeaderIds<'_>) -> Result<Envelope, Envelo
             id: from_header(headers.id, id_header, "id")?,
             event_type: from_header(headers.event_type, type_header, "type")?,
             doc,
+            account_hint: None,
         });
     }
     let field = |name: &'static str, fallback: Option<&str>| {
@@ -91,6 +95,7 @@ pub fn from_value(doc: Value, headers: HeaderIds<'_>) -> Result<Envelope, Envelo
         id,
         event_type,
         doc,
+        account_hint: None,
     })
 }
 

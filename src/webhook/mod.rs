@@ -16,6 +16,8 @@ use envelope::{EnvelopeError, HeaderIds};
 use verify::{Verifier, VerifyError};
 
 const SHOPIFY_ID: &str = "X-Shopify-Webhook-Id";
+/// The shop a Shopify delivery is for: a header, outside what Shopify signs.
+const SHOPIFY_SHOP: &str = "X-Shopify-Shop-Domain";
 const SHOPIFY_TOPIC: &str = "X-Shopify-Topic";
 
 /// Why a delivery was not applied; each maps to one status in SPEC's HTTP table.
@@ -123,7 +125,13 @@ impl Receiver {
         now: i64,
     ) -> Result<(Outcome, String), Rejection> {
         self.verifier.verify(headers, body, now)?;
-        let env = envelope::parse(body, self.header_ids(headers))?;
+        let mut env = envelope::parse(body, self.header_ids(headers))?;
+        if self.scheme == Scheme::Shopify {
+            env.account_hint = headers
+                .get(SHOPIFY_SHOP)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+        }
         let id = env.id.clone();
         // GitHub and Shopify sign the body, not the delivery id header: the claim covers
         // the body too, so a captured body replayed under fresh ids is a duplicate.
@@ -132,7 +140,11 @@ impl Receiver {
             hex::encode(sha2::Sha256::digest(body))
         });
         let (outcome, key) = self.ingest.event(env, body, digest).await?;
-        if let (Outcome::Conflict, Some(tx), Some(key)) = (outcome, &self.conflicts, key) {
+        // A conflict is settled, and a header-named account's state fetched, through
+        // the kind's `get` with the account's client.
+        if let (Outcome::Conflict | Outcome::Fetching, Some(tx), Some(key)) =
+            (outcome, &self.conflicts, key)
+        {
             // A full queue drops the request: the next reconcile resolves it anyway.
             if tx.try_send(key).is_ok() {
                 crate::observability::conflicts_waiting(1);

@@ -28,8 +28,8 @@ async fn deliveries_go_to_the_account_their_signed_body_names_when_it_is_registe
     let app = spawn_app_with(db, &(config_toml(&url, "") + MANY)).await;
     let registry =
         webhook_reconciler::accounts::Accounts::new(crate::helpers::handle_on(&app.db).await);
-    registry.add("shop", "acct_1").await.unwrap();
-    registry.add("shop", "acct_2").await.unwrap();
+    registry.add("shop", "acct_1", None, None).await.unwrap();
+    registry.add("shop", "acct_2", None, None).await.unwrap();
     let outcome = |(status, body): (u16, Value)| {
         assert_eq!(status, 200, "{body}");
         body["outcome"].as_str().unwrap().to_string()

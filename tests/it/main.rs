@@ -9,6 +9,7 @@ mod helpers;
 
 mod accounts;
 mod cli;
+mod connect;
 mod demo;
 mod feed;
 mod github_app;

@@ -314,6 +314,22 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 None
             }
         });
+    let accounts_key = raw.accounts.key.as_ref().and_then(|s| {
+        let value = match secret::resolve(s) {
+            Ok(v) => v,
+            Err(e) => {
+                c.fail("accounts.key", e);
+                return None;
+            }
+        };
+        match crate::accounts::credential::AccountsKey::from_base64(&value) {
+            Ok(k) => Some(std::sync::Arc::new(k)),
+            Err(e) => {
+                c.fail("accounts.key", e.to_string());
+                None
+            }
+        }
+    });
     let log = LogConfig {
         format: raw.log.format,
         level: raw
@@ -432,6 +448,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             log,
             sources,
             consumers,
+            accounts_key,
             warnings: c.warnings,
         })
     } else {

@@ -91,7 +91,8 @@ pub(super) fn validate_source(
         Some(Preset::Shopify) => Some("\"https://SHOP.myshopify.com/admin/api/2024-10\""),
         _ => None,
     };
-    if let (Some(example), None) = (needs_base, &raw.api_base) {
+    // A many-account source's base URL may be each account's (Shopify's shops).
+    if let (Some(example), None, None) = (needs_base, &raw.api_base, &raw.accounts) {
         c.fail(
             key("api_base"),
             format!("the preset needs the account's API URL, e.g. api_base = {example}"),
@@ -156,18 +157,10 @@ pub(super) fn validate_source(
         cu
     });
 
-    let accounts_from = raw.accounts.as_ref().map(|a| {
-        if !a.from.starts_with('/') {
-            c.fail(
-                key("accounts.from"),
-                format!(
-                    "{:?} is not a JSON pointer; write where the signed body names the account, e.g. \"/account\" (Stripe Connect)",
-                    a.from
-                ),
-            );
-        }
-        a.from.clone()
-    });
+    let accounts = raw
+        .accounts
+        .as_ref()
+        .map(|a| validate_accounts(c, name, raw.preset, a));
     (c.problems.len() == before).then(|| SourceConfig {
         name: name.to_string(),
         retry_window,
@@ -186,8 +179,112 @@ pub(super) fn validate_source(
         kinds,
         catchup,
         preset: raw.preset,
-        accounts_from,
+        accounts,
     })
+}
+
+/// `[sources.NAME.accounts]`: what a preset fills (Stripe Connect: the account in
+/// `/account` and in the `Stripe-Account` header; GitHub Apps: `/installation/id`;
+/// Shopify: a base URL per shop), then what the file says.
+fn validate_accounts(
+    c: &mut Checker,
+    name: &str,
+    preset: Option<Preset>,
+    a: &crate::config::raw::RawSourceAccounts,
+) -> AccountsConfig {
+    let key = |k: &str| format!("sources.{name}.accounts.{k}");
+    let (from, header, api_base) = match preset {
+        Some(Preset::Stripe) => (Some("/account"), Some("Stripe-Account"), None),
+        Some(Preset::Github) => (Some("/installation/id"), None, None),
+        Some(Preset::Shopify) => (None, None, Some("https://{account}/admin/api/2025-01")),
+        _ => (None, None, None),
+    };
+    let from = a.from.clone().or(from.map(String::from));
+    match &from {
+        Some(f) if !f.starts_with('/') => c.fail(
+            key("from"),
+            format!(
+                "{f:?} is not a JSON pointer; write where the signed body names the account, e.g. \"/account\" (Stripe Connect)"
+            ),
+        ),
+        _ => {}
+    }
+    let header = a.header.clone().or(header.map(String::from));
+    if let Some(h) = &header {
+        if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            c.fail(
+                key("header"),
+                format!("{h:?} is not an HTTP header name, e.g. \"Stripe-Account\""),
+            );
+        }
+    }
+    let api_base = a.api_base.clone().or(api_base.map(String::from));
+    if let Some(b) = &api_base {
+        if !b.contains("{account}") || !(b.starts_with("http://") || b.starts_with("https://")) {
+            c.fail(
+                key("api_base"),
+                format!("{b:?} must be an http(s) URL with {{account}} in it, e.g. \"https://{{account}}/admin/api/2025-01\""),
+            );
+        }
+    }
+    let app = match (&a.app_id, &a.app_key) {
+        (None, None) => None,
+        (Some(id), Some(k)) => match secret::resolve(k) {
+            Ok(pem) => {
+                let key_text = SecretString::from(pem);
+                match crate::sender::github_app::AppTokens::new(
+                    id,
+                    &key_text,
+                    "http://127.0.0.1",
+                    Duration::from_secs(1),
+                ) {
+                    Ok(_) => Some(GithubApp {
+                        app_id: id.clone(),
+                        key: key_text,
+                    }),
+                    Err(e) => {
+                        c.fail(key("app_key"), e.to_string());
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                c.fail(key("app_key"), e);
+                None
+            }
+        },
+        (Some(_), None) => {
+            c.fail(
+                key("app_key"),
+                "app_id is set: set app_key too (a secret reference to the App's private key PEM)",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            c.fail(
+                key("app_id"),
+                "app_key is set: set app_id too (the GitHub App's id)",
+            );
+            None
+        }
+    };
+    let concurrency = a.concurrency.unwrap_or(defaults::ACCOUNT_CONCURRENCY);
+    if concurrency == 0 {
+        c.fail(key("concurrency"), "must be at least 1");
+    }
+    if from.is_none() && header.is_none() && api_base.is_none() && app.is_none() {
+        c.fail(
+            format!("sources.{name}.accounts"),
+            "says nothing of how accounts are told apart: set from (where the signed body names the account), header or api_base",
+        );
+    }
+    AccountsConfig {
+        from,
+        header,
+        api_base,
+        app,
+        concurrency: concurrency as usize,
+    }
 }
 
 fn is_absolute(url: &str) -> bool {

@@ -86,6 +86,10 @@ struct World {
     credentials: Vec<Option<String>>,
     /// GitHub: the App whose installations may exchange a JWT for a token.
     app: Option<github::App>,
+    /// Stripe Connect: accounts whose every request is answered 500.
+    failing_accounts: std::collections::HashSet<String>,
+    /// The `Stripe-Account` of every request (`""` when absent).
+    account_headers: Vec<String>,
 }
 
 /// The running simulated provider. Dropping it stops the server.
@@ -187,6 +191,8 @@ impl ProviderSim {
             refused: 0,
             credentials: Vec::new(),
             app: None,
+            failing_accounts: Default::default(),
+            account_headers: Vec::new(),
         }));
         let app = Router::new().fallback(serve).with_state(world.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -416,6 +422,21 @@ impl ProviderSim {
             .unwrap_or_default()
     }
 
+    /// Answers every request of a Stripe Connect account with 500 (or stops doing so).
+    pub fn fail_account(&self, account: &str, failing: bool) {
+        let mut w = lock(&self.world);
+        if failing {
+            w.failing_accounts.insert(account.to_string());
+        } else {
+            w.failing_accounts.remove(account);
+        }
+    }
+
+    /// The `Stripe-Account` header of every request so far (`""`: none).
+    pub fn account_headers(&self) -> Vec<String> {
+        lock(&self.world).account_headers.clone()
+    }
+
     pub fn list_requests(&self) -> u64 {
         lock(&self.world).list_requests
     }
@@ -513,6 +534,14 @@ async fn serve(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
+    w.account_headers.push(account.clone());
+    if w.failing_accounts.contains(&account) {
+        return with_headers(
+            (StatusCode::INTERNAL_SERVER_ERROR, "account unavailable").into_response(),
+            &w,
+            &extra,
+        );
+    }
     let response = match w.provider {
         Provider::Stripe => stripe(&mut w, &path, &q, &account),
         Provider::Github => github(&mut w, &path, &q, &host),

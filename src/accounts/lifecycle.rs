@@ -1,0 +1,188 @@
+//! An account's life, the same from the command line and the admin API: added (its
+//! credential sealed, its first full sync due at once), disabled and enabled, removed
+//! (its rows tombstoned through the store, changes appended, or purged).
+
+use std::sync::Arc;
+
+use secrecy::SecretString;
+
+use super::{AccountRow, Accounts, AddError};
+use crate::config::Config;
+use crate::db::DbError;
+use crate::store::Store;
+
+/// Why an account operation was refused or failed. `caller_error()` tells a mistake of
+/// the request (exit 2, HTTP 400/404) from a failure.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error("no source {0:?} in the configuration")]
+    UnknownSource(String),
+    #[error(
+        "source {0:?} serves one account; add [sources.{0}.accounts] (with `from`, where a delivery's signed body names its account) to serve many"
+    )]
+    SingleAccount(String),
+    #[error("account {account:?}: {why}")]
+    BadAccount { account: String, why: String },
+    #[error("api_base {0:?} is not an http(s) URL")]
+    BadApiBase(String),
+    #[error(
+        "a credential is kept encrypted with accounts.key, which is not set; make one with `webhook-reconciler secret new --raw` and set accounts.key"
+    )]
+    NoKey,
+    #[error("account {account:?} of {of:?} is not registered")]
+    NotRegistered { of: String, account: String },
+    #[error(transparent)]
+    Add(#[from] AddError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl LifecycleError {
+    /// The request was wrong (not the database, not the sealing).
+    pub fn caller_error(&self) -> bool {
+        !matches!(self, Self::Add(_) | Self::Db(_))
+    }
+}
+
+/// What `remove` did to the account's rows.
+#[derive(Debug, serde::Serialize)]
+pub struct Removed {
+    pub rows: usize,
+    pub purged: bool,
+}
+
+/// Adds, lists, switches and removes accounts.
+#[derive(Clone)]
+pub struct Lifecycle {
+    config: Arc<Config>,
+    registry: Accounts,
+    store: Store,
+}
+
+impl Lifecycle {
+    pub fn new(config: Arc<Config>, store: Store) -> Self {
+        Self {
+            config,
+            registry: store.accounts(),
+            store,
+        }
+    }
+
+    /// The source, if it serves many accounts, and the account id, if it is one.
+    fn check(&self, source: &str, account: Option<&str>) -> Result<(), LifecycleError> {
+        match self.config.source(source) {
+            None => return Err(LifecycleError::UnknownSource(source.into())),
+            Some(s) if s.accounts.is_none() => {
+                return Err(LifecycleError::SingleAccount(source.into()));
+            }
+            Some(_) => {}
+        }
+        if let Some(account) = account {
+            crate::change::limits::check_id(account).map_err(|why| LifecycleError::BadAccount {
+                account: account.into(),
+                why: why.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Registers an account (or enables it again) and makes its first full sync due
+    /// now: a running daemon starts it within seconds.
+    pub async fn add(
+        &self,
+        source: &str,
+        account: &str,
+        api_base: Option<String>,
+        credential: Option<SecretString>,
+    ) -> Result<(), LifecycleError> {
+        self.check(source, Some(account))?;
+        if let Some(b) = &api_base {
+            if crate::config::origin_of(b).is_none() {
+                return Err(LifecycleError::BadApiBase(b.clone()));
+            }
+        }
+        let key = match (&credential, &self.config.accounts_key) {
+            (Some(c), Some(k)) => Some((k.as_ref(), c)),
+            (Some(_), None) => return Err(LifecycleError::NoKey),
+            (None, _) => None,
+        };
+        self.registry.add(source, account, api_base, key).await?;
+        let kinds = self.kinds(source);
+        self.registry.due_now(source, account, kinds).await?;
+        Ok(())
+    }
+
+    /// The kinds reconciled per account: every kind with a listing, and catch-up.
+    fn kinds(&self, source: &str) -> Vec<String> {
+        self.config
+            .source(source)
+            .map(|s| {
+                s.kinds
+                    .iter()
+                    .filter(|k| k.list.is_some())
+                    .map(|k| k.name.clone())
+                    .chain(s.catchup.as_ref().map(|c| c.listing.name.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub async fn list(&self, source: Option<&str>) -> Result<Vec<AccountRow>, LifecycleError> {
+        if let Some(s) = source {
+            self.check(s, None)?;
+        }
+        Ok(self.registry.list(source).await?)
+    }
+
+    /// Enables or disables a registered account.
+    pub async fn set_enabled(
+        &self,
+        source: &str,
+        account: &str,
+        enabled: bool,
+    ) -> Result<(), LifecycleError> {
+        self.check(source, Some(account))?;
+        if !self.registry.set_enabled(source, account, enabled).await? {
+            return Err(self.not_registered(source, account));
+        }
+        if enabled {
+            self.registry
+                .due_now(source, account, self.kinds(source))
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn not_registered(&self, source: &str, account: &str) -> LifecycleError {
+        LifecycleError::NotRegistered {
+            of: source.into(),
+            account: account.into(),
+        }
+    }
+
+    /// Unregisters an account: disabled first (no delivery writes a row of it
+    /// meanwhile), its rows tombstoned (changes appended) or purged, unregistered last
+    /// (a failure halfway leaves it disabled, and removing again finishes the job).
+    pub async fn remove(
+        &self,
+        source: &str,
+        account: &str,
+        purge: bool,
+    ) -> Result<Removed, LifecycleError> {
+        self.check(source, Some(account))?;
+        if !self.registry.set_enabled(source, account, false).await? {
+            return Err(self.not_registered(source, account));
+        }
+        let rows = if purge {
+            self.store.purge_account(source, account).await?
+        } else {
+            self.store.tombstone_account(source, account).await?
+        };
+        self.registry.forget_due(source, account).await?;
+        self.registry.remove(source, account).await?;
+        Ok(Removed {
+            rows,
+            purged: purge,
+        })
+    }
+}

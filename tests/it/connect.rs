@@ -1,0 +1,760 @@
+//! Many accounts behind one sender, end to end against the simulated Stripe Connect API
+//! (a real HTTP server scoping objects by the `Stripe-Account` header): each account
+//! reconciled through its own requests and credential, an account added under `serve`
+//! synced within seconds, a failing account holding back no other, replicas sharing the
+//! accounts without running one twice at once, and the admin API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use webhook_reconciler::accounts::lifecycle::Lifecycle;
+use webhook_reconciler::config::Config;
+use webhook_reconciler::reconcile::{RunOptions, RunStatus};
+use webhook_reconciler::simulator::providers::{Provider, ProviderSim, Webhook};
+use webhook_reconciler::store::Store;
+
+use crate::helpers::{Backend, TestApp, TestDb, both_backends, eventually, spawn_app_with};
+use crate::reconcile::reconciler_for;
+
+const STRIPE_WHSEC: &str = "whsec_c3RyaXBlLXNpbXVsYXRvci1zZWNyZXQ";
+/// 32 bytes in base64: the test's accounts.key.
+const ACCOUNTS_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
+const NEVER: &str = "0 0 0 1 1 *";
+const PLATFORM_TOKEN: &str = "sk_platform_secret_1";
+
+/// A Stripe Connect source (the preset fills `from = "/account"` and the
+/// `Stripe-Account` header); `schedule` is its reconcile schedule line.
+fn config(db_url: &str, sim: &ProviderSim, schedule: &str, api_token: &str) -> String {
+    format!(
+        r#"
+[database]
+url = "{db_url}"
+max_connections = 8
+
+[http]
+listen = "127.0.0.1:0"
+admin_token = "{ADMIN_TOKEN}"
+
+[accounts]
+key = "{ACCOUNTS_KEY}"
+
+[sources.stripe]
+preset = "stripe"
+api_base = "{base}"
+api_token = "{api_token}"
+requests_per_second = 500
+
+[sources.stripe.webhook]
+secrets = ["{STRIPE_WHSEC}"]
+
+[sources.stripe.reconcile]
+{schedule}
+run_at_start = false
+lease_ttl = "10s"
+page_size = 10
+# A failing account gives up after one retry (the test waits for its failure).
+max_attempts = 2
+
+[sources.stripe.catchup]
+cron = "{NEVER}"
+
+# Customers only: each account's other kinds are the same code with other paths.
+[sources.stripe.kinds]
+subscription = false
+invoice = false
+payment_intent = false
+charge = false
+refund = false
+product = false
+price = false
+
+[sources.stripe.accounts]
+concurrency = 4
+"#,
+        base = sim.api_base(),
+    )
+}
+
+fn lifecycle(toml: &str, store: Store) -> Lifecycle {
+    Lifecycle::new(Arc::new(Config::from_toml_str(toml).unwrap()), store)
+}
+
+/// The customers of `account` in the database as (id, name), by id.
+fn names(db: &TestDb, account: &str) -> Vec<(String, String)> {
+    let name = match db.backend {
+        Backend::Postgres => "state->>'name'",
+        Backend::Sqlite => "json_extract(state, '$.name')",
+    };
+    let ids = ["cus_0", "cus_1", "cus_2", "cus_3"];
+    let mut out = Vec::new();
+    for id in ids {
+        for candidate in ["A's", "B's", "B's other", "platform's"] {
+            let n = db.count(&format!(
+                "resources WHERE kind = 'customer' AND account = '{account}' AND id = '{id}' AND {name} = '{}'",
+                candidate.replace('\'', "''")
+            ));
+            if n == 1 {
+                out.push((id.to_string(), candidate.to_string()));
+            }
+        }
+    }
+    assert_eq!(
+        db.count(&format!(
+            "resources WHERE kind = 'customer' AND account = '{account}'"
+        )),
+        out.len() as i64,
+        "rows of {account:?} with other ids or names"
+    );
+    out
+}
+
+async fn post(app: &TestApp, hook: &Webhook) -> (u16, Value) {
+    let mut req = app
+        .client
+        .post(app.url("/webhooks/stripe"))
+        .header("Content-Type", "application/json");
+    for (k, v) in &hook.headers {
+        req = req.header(k, v);
+    }
+    let r = req.body(hook.body.clone()).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+both_backends!(
+    each_accounts_reconcile_sends_its_stripe_account_and_credential_and_never_mixes_objects,
+    an_account_added_under_serve_is_synced_within_seconds_and_a_failing_one_holds_back_no_other,
+    the_admin_api_adds_lists_and_removes_accounts_and_never_returns_a_credential,
+);
+
+async fn each_accounts_reconcile_sends_its_stripe_account_and_credential_and_never_mixes_objects(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let r = reconciler_for(&toml).await;
+    let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
+    life.add("stripe", "acct_a", None, None).await.unwrap();
+    life.add(
+        "stripe",
+        "acct_b",
+        None,
+        Some(SecretString::from("sk_acct_b_own_secret")),
+    )
+    .await
+    .unwrap();
+    // The same customer id in two accounts, and one of the platform's own.
+    sim.change_in(
+        "acct_a",
+        "customers",
+        "cus_1",
+        json!({"name": "A's"}),
+        "customer.created",
+    );
+    sim.change_in(
+        "acct_b",
+        "customers",
+        "cus_1",
+        json!({"name": "B's"}),
+        "customer.created",
+    );
+    sim.change_in(
+        "acct_b",
+        "customers",
+        "cus_3",
+        json!({"name": "B's other"}),
+        "customer.created",
+    );
+    sim.change_in(
+        "",
+        "customers",
+        "cus_2",
+        json!({"name": "platform's"}),
+        "customer.created",
+    );
+
+    let (s, k) = r
+        .kinds(Some("stripe"), Some("customer"))
+        .into_iter()
+        .next()
+        .map(|(s, k)| (s.clone(), k.clone()))
+        .unwrap();
+    let accounts = r.accounts_of(&s).await.unwrap();
+    assert_eq!(accounts, ["", "acct_a", "acct_b"]);
+    for account in &accounts {
+        let report = r
+            .run_account_kind(
+                &s,
+                &k,
+                account,
+                &RunOptions::default(),
+                &CancellationToken::new(),
+                &|_| {},
+            )
+            .await;
+        assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
+        assert_eq!(&report.account, account);
+    }
+    assert_eq!(names(&db, "acct_a"), [("cus_1".into(), "A's".into())]);
+    assert_eq!(
+        names(&db, "acct_b"),
+        [
+            ("cus_1".into(), "B's".into()),
+            ("cus_3".into(), "B's other".into())
+        ]
+    );
+    assert_eq!(names(&db, ""), [("cus_2".into(), "platform's".into())]);
+    // Each request named its account, with that account's credential or the platform's.
+    let headers = sim.account_headers();
+    let credentials = sim.credentials();
+    assert_eq!(headers.len(), credentials.len());
+    for account in ["", "acct_a", "acct_b"] {
+        assert!(
+            headers.iter().any(|h| h == account),
+            "{account}: {headers:?}"
+        );
+    }
+    for (account, credential) in headers.iter().zip(&credentials) {
+        let want = if account == "acct_b" {
+            "Bearer sk_acct_b_own_secret"
+        } else {
+            "Bearer sk_platform_secret_1"
+        };
+        assert_eq!(credential.as_deref(), Some(want), "request for {account:?}");
+    }
+    // Kept sealed: the database never holds the credential in the clear.
+    assert_eq!(db.count("accounts WHERE credential IS NOT NULL"), 1);
+    assert_eq!(db.count("accounts WHERE credential LIKE '%sk_acct_b%'"), 0);
+    let listed = serde_json::to_string(&life.list(Some("stripe")).await.unwrap()).unwrap();
+    assert!(!listed.contains("sk_acct_b"), "{listed}");
+    assert!(listed.contains("\"has_credential\":true"), "{listed}");
+    // An account's conflict is settled through its own API too.
+    assert_eq!(
+        r.resolve_in("stripe", "acct_b", "customer", "cus_1").await,
+        Ok(false),
+        "nothing newer to apply"
+    );
+}
+
+async fn an_account_added_under_serve_is_synced_within_seconds_and_a_failing_one_holds_back_no_other(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = config(&db.url, &sim, "every = \"2s\"", PLATFORM_TOKEN);
+    let app = spawn_app_with(db, &toml).await;
+    let accounts = ["acct_1", "acct_2", "acct_3", "acct_bad"];
+    for a in accounts {
+        for i in 0..3 {
+            sim.change_in(
+                a,
+                "customers",
+                &format!("cus_{i}"),
+                json!({"name": a}),
+                "customer.created",
+            );
+        }
+    }
+    sim.fail_account("acct_bad", true);
+    // A delivery for an account nobody registered: ignored, nothing written.
+    let hook = sim.change_in(
+        "acct_1",
+        "customers",
+        "cus_9",
+        json!({"name": "acct_1"}),
+        "customer.created",
+    );
+    let (status, body) = post(&app, &hook).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("ignored")),
+        "{body}"
+    );
+    assert_eq!(app.db.count("resources WHERE account = 'acct_1'"), 0);
+
+    let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    for a in accounts {
+        life.add("stripe", a, None, None).await.unwrap();
+    }
+    // The first syncs start at once (not at the next tick), and the failing account
+    // holds back none of the others.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            // acct_1 has the customer of the ignored delivery too.
+            [("acct_1", 4), ("acct_2", 3), ("acct_3", 3)]
+                .iter()
+                .all(|(a, n)| {
+                    app.db.count(&format!(
+                        "resources WHERE kind = 'customer' AND account = '{a}'"
+                    )) == *n
+                })
+        })
+        .await,
+        "the healthy accounts' customers: {}",
+        app.db.count("resources WHERE kind = 'customer'")
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db.count(
+                "reconcile_due WHERE account = 'acct_bad' AND kind = 'customer' AND status = 'failed'",
+            ) == 1
+        })
+        .await
+    );
+    assert_eq!(app.db.count("resources WHERE account = 'acct_bad'"), 0);
+    assert_eq!(
+        app.db.count(
+            "reconcile_due WHERE kind = 'customer' AND account <> 'acct_bad' AND error IS NOT NULL"
+        ),
+        0
+    );
+    // `status` names the failing account.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, &toml).unwrap();
+    let out = crate::helpers::process::bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("accounts of stripe:"), "{text}");
+    assert!(text.contains("stripe[acct_bad]/customer: failed"), "{text}");
+    assert!(!text.contains(PLATFORM_TOKEN), "{text}");
+    // Repaired at the sender: its next tick converges it.
+    sim.fail_account("acct_bad", false);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db
+                .count("resources WHERE kind = 'customer' AND account = 'acct_bad'")
+                == 3
+        })
+        .await
+    );
+}
+
+async fn the_admin_api_adds_lists_and_removes_accounts_and_never_returns_a_credential(b: Backend) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = config(&db.url, &sim, "every = \"2s\"", PLATFORM_TOKEN);
+    let app = spawn_app_with(db, &toml).await;
+    sim.change_in(
+        "acct_x",
+        "customers",
+        "cus_1",
+        json!({"name": "x"}),
+        "customer.created",
+    );
+    let c = &app.client;
+    let add = json!({"source": "stripe", "account": "acct_x", "credential": "sk_acct_x_secret_9"});
+    // Without the token, and with a wrong one: refused, nothing registered.
+    let r = c
+        .post(app.url("/admin/accounts"))
+        .json(&add)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .post(app.url("/admin/accounts"))
+        .bearer_auth("wrong-token-0123456789")
+        .json(&add)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(app.db.count("accounts"), 0);
+    let r = c
+        .post(app.url("/admin/accounts"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&add)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let body = r.text().await.unwrap();
+    assert!(!body.contains("sk_acct_x"), "{body}");
+    // Its first sync, with its own credential.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db
+                .count("resources WHERE account = 'acct_x' AND kind = 'customer'")
+                == 1
+        })
+        .await
+    );
+    assert!(
+        sim.credentials()
+            .iter()
+            .any(|c| c.as_deref() == Some("Bearer sk_acct_x_secret_9"))
+    );
+    // Mistakes are 400 / 404 with a reason, never 500.
+    for (bad, want) in [
+        (json!({"source": "nope", "account": "a"}), 404),
+        (json!({"source": "stripe", "account": ""}), 400),
+        (
+            json!({"source": "stripe", "account": "a", "api_base": "ftp://x"}),
+            400,
+        ),
+        (json!({"source": "stripe"}), 400),
+    ] {
+        let r = c
+            .post(app.url("/admin/accounts"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), want, "{bad}");
+        let e: Value = r.json().await.unwrap();
+        assert!(e["error"].as_str().is_some_and(|s| !s.is_empty()), "{e}");
+    }
+    let r = c
+        .get(app.url("/admin/accounts?source=stripe"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let listed: Value = r.json().await.unwrap();
+    assert_eq!(listed["accounts"][0]["account"], "acct_x");
+    assert_eq!(listed["accounts"][0]["has_credential"], true);
+    assert!(!listed.to_string().contains("sk_acct_x"), "{listed}");
+    let r = c.get(app.url("/admin/accounts")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    // Remove: its row tombstoned (a change appended), the account unregistered.
+    let r = c
+        .delete(app.url("/admin/accounts/stripe/acct_x"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let removed: Value = r.json().await.unwrap();
+    assert_eq!(removed["removed"]["rows"], 1, "{removed}");
+    assert_eq!(app.db.count("accounts"), 0);
+    assert_eq!(
+        app.db
+            .count("resources WHERE account = 'acct_x' AND deleted"),
+        1
+    );
+    assert_eq!(app.db.count("reconcile_due WHERE account = 'acct_x'"), 0);
+    let r = c
+        .delete(app.url("/admin/accounts/stripe/acct_x?purge=true"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+/// Two `serve` replicas on one PostgreSQL share 40 accounts on a 1s schedule: every
+/// account converges, no account-kind has two runs at once, and both replicas work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_share_forty_accounts_and_never_run_one_twice_at_once() {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(Backend::Postgres);
+    let first = config(&db.url, &sim, "every = \"1s\"", "sk_replica_one_1");
+    let second = config(&db.url, &sim, "every = \"1s\"", "sk_replica_two_2");
+    let accounts: Vec<String> = (0..40).map(|i| format!("acct_{i:02}")).collect();
+    for a in &accounts {
+        for i in 0..2 {
+            sim.change_in(
+                a,
+                "customers",
+                &format!("cus_{i}"),
+                json!({"name": a}),
+                "customer.created",
+            );
+        }
+    }
+    let app = spawn_app_with(db, &first).await;
+    let other =
+        webhook_reconciler::app::Application::build(Config::from_toml_str(&second).unwrap())
+            .await
+            .unwrap();
+    let _other = tokio::spawn(async move { other.run_until(std::future::pending()).await });
+    let life = lifecycle(&first, crate::helpers::store_on(&app.db).await);
+    for a in &accounts {
+        life.add("stripe", a, None, None).await.unwrap();
+    }
+    // Every account-kind has run at least three times (first sync and two ticks).
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            app.db.scalar(
+                "SELECT COUNT(*) AS n FROM (SELECT account FROM reconcile_runs WHERE kind = 'customer' \
+                 AND status = 'succeeded' AND account <> '' GROUP BY account HAVING COUNT(*) >= 3) t",
+            ) == 40
+        })
+        .await,
+        "runs: {} ({} customer succeeded, {} failed), fewest per account {}, accounts {}; due rows {}, overdue {}, running {}, skipped {}, far {}",
+        app.db.count("reconcile_runs"),
+        app.db.count("reconcile_runs WHERE kind = 'customer' AND status = 'succeeded'"),
+        app.db.count("reconcile_runs WHERE status = 'failed'"),
+        app.db.scalar("SELECT MIN(c) AS n FROM (SELECT COUNT(*) AS c FROM reconcile_runs WHERE kind = 'customer' AND account <> '' GROUP BY account) t"),
+        app.db.scalar("SELECT COUNT(DISTINCT account) AS n FROM reconcile_runs WHERE kind = 'customer'"),
+        app.db.count("reconcile_due WHERE kind = 'customer'"),
+        app.db.count("reconcile_due WHERE kind = 'customer' AND due_at < now() - interval '5 seconds'"),
+        app.db.count("reconcile_due WHERE kind = 'customer' AND status = 'skipped' AND error IS NOT NULL"),
+        app.db.count("reconcile_due WHERE kind = 'customer' AND status = 'skipped'"),
+        app.db.count("reconcile_due WHERE kind = 'customer' AND due_at > now() + interval '5 seconds'")
+    );
+    assert_eq!(
+        app.db
+            .count("resources WHERE kind = 'customer' AND account <> ''"),
+        80
+    );
+    let overlapping = app.db.scalar(
+        "SELECT COUNT(*) AS n FROM reconcile_runs a JOIN reconcile_runs b \
+         ON a.source = b.source AND a.account = b.account AND a.kind = b.kind AND a.id < b.id \
+         AND a.started_at < COALESCE(b.finished_at, now()) AND b.started_at < COALESCE(a.finished_at, now())",
+    );
+    assert_eq!(overlapping, 0, "account-kind runs overlapped");
+    let credentials = sim.credentials();
+    for replica in ["sk_replica_one_1", "sk_replica_two_2"] {
+        let n = credentials
+            .iter()
+            .filter(|c| c.as_deref() == Some(&format!("Bearer {replica}")))
+            .count();
+        assert!(n > 0, "replica {replica} made no request");
+    }
+}
+
+both_backends!(a_forged_shop_header_cannot_write_another_shops_rows,);
+
+const SHOPIFY_SECRET: &str = "shpss_one_app_many_shops";
+
+/// A Shopify app installed in two shops (each its own simulated API, registered with
+/// its own base URL and token). Shopify signs the body but names the shop only in a
+/// header: the state written is fetched from the named shop's API, so a signed body of
+/// shop A resent under shop B's name brings shop B its own state, never A's.
+async fn a_forged_shop_header_cannot_write_another_shops_rows(b: Backend) {
+    let shop_a = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
+        .await
+        .unwrap();
+    let shop_b = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = format!(
+        r#"
+[database]
+url = "{}"
+
+[http]
+listen = "127.0.0.1:0"
+
+[accounts]
+key = "{ACCOUNTS_KEY}"
+
+[sources.shopify]
+preset = "shopify"
+requests_per_second = 100
+
+[sources.shopify.webhook]
+secrets = ["{SHOPIFY_SECRET}"]
+
+[sources.shopify.reconcile]
+cron = "{NEVER}"
+run_at_start = false
+
+[sources.shopify.accounts]
+"#,
+        db.url
+    );
+    let app = spawn_app_with(db, &toml).await;
+    let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    for (shop, sim, token) in [
+        ("shop-a.myshopify.com", &shop_a, "shpat_a_token"),
+        ("shop-b.myshopify.com", &shop_b, "shpat_b_token"),
+    ] {
+        life.add(
+            "shopify",
+            shop,
+            Some(sim.api_base()),
+            Some(SecretString::from(token)),
+        )
+        .await
+        .unwrap();
+    }
+    let order = |note: &str| json!({"note": note, "financial_status": "paid"});
+    // Order 1001 exists in both shops, 1002 only in shop A.
+    let a_1001 = shop_a.change("orders", "1001", order("A's order"), "orders/updated");
+    shop_b.change("orders", "1001", order("B's order"), "orders/updated");
+    let a_1002 = shop_a.change("orders", "1002", order("A only"), "orders/updated");
+    let under = |hook: &Webhook, shop: &str| {
+        let mut h = hook.clone();
+        for (k, v) in &mut h.headers {
+            if k == "X-Shopify-Shop-Domain" {
+                *v = shop.to_string();
+            }
+        }
+        h
+    };
+    let note = |shop: &str, id: &str| -> Option<String> {
+        let expr = match b {
+            Backend::Postgres => "state->>'note'",
+            Backend::Sqlite => "json_extract(state, '$.note')",
+        };
+        ["A's order", "B's order", "A only"]
+            .into_iter()
+            .find(|n| {
+                app.db.count(&format!(
+                    "resources WHERE account = '{shop}' AND id = '{id}' AND {expr} = '{}'",
+                    n.replace('\'', "''")
+                )) == 1
+            })
+            .map(String::from)
+    };
+    // Shop A's own delivery: its state fetched from shop A, with shop A's token.
+    let (status, body) = post_to(
+        &app,
+        "/webhooks/shopify",
+        &under(&a_1001, "shop-a.myshopify.com"),
+    )
+    .await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("fetching")),
+        "{body}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            note("shop-a.myshopify.com", "1001").is_some()
+        })
+        .await
+    );
+    assert_eq!(
+        note("shop-a.myshopify.com", "1001").as_deref(),
+        Some("A's order")
+    );
+    // The same signed bodies under shop B's name (new delivery ids, so not duplicates).
+    let mut forged_1001 = under(&a_1001, "shop-b.myshopify.com");
+    let mut forged_1002 = under(&a_1002, "shop-b.myshopify.com");
+    for (h, id) in [(&mut forged_1001, "f1"), (&mut forged_1002, "f2")] {
+        for (k, v) in &mut h.headers {
+            if k == "X-Shopify-Webhook-Id" {
+                *v = format!("forged-{id}");
+            }
+        }
+    }
+    // The body digest is claimed with the id: a signed body replayed is a duplicate
+    // even under another shop's name, and nothing is fetched for it.
+    let (status, body) = post_to(&app, "/webhooks/shopify", &forged_1001).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("duplicate")),
+        "{body}"
+    );
+    // A body not yet delivered, under shop B's name: fetched from shop B, which has no
+    // order 1002, so nothing is written under shop B.
+    let (status, body) = post_to(&app, "/webhooks/shopify", &forged_1002).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("fetching")),
+        "{body}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            shop_b.get_requests() >= 1
+        })
+        .await,
+        "shop B was asked for the order"
+    );
+    // A fresh delivery of order 1001 under B's name brings B its own state, never A's.
+    let a_1001_again = shop_a.change(
+        "orders",
+        "1001",
+        order("A's order, again"),
+        "orders/updated",
+    );
+    let forged = under(&a_1001_again, "shop-b.myshopify.com");
+    let (status, body) = post_to(&app, "/webhooks/shopify", &forged).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("fetching")),
+        "{body}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            note("shop-b.myshopify.com", "1001").is_some()
+        })
+        .await
+    );
+    assert_eq!(
+        note("shop-b.myshopify.com", "1001").as_deref(),
+        Some("B's order")
+    );
+    assert_eq!(
+        app.db
+            .count("resources WHERE account = 'shop-b.myshopify.com' AND id = '1002'"),
+        0
+    );
+    assert_eq!(app.db.count("resources WHERE account = ''"), 0);
+    // Each shop's API saw only its own token.
+    assert!(
+        shop_a
+            .credentials()
+            .iter()
+            .all(|c| c.as_deref() == Some("shpat_a_token"))
+    );
+    assert!(
+        shop_b
+            .credentials()
+            .iter()
+            .all(|c| c.as_deref() == Some("shpat_b_token"))
+    );
+    // A shop nobody registered: ignored, nothing fetched.
+    let before = shop_a.get_requests() + shop_b.get_requests();
+    let stranger = shop_a.change("orders", "1003", order("A only"), "orders/updated");
+    let (status, body) = post_to(
+        &app,
+        "/webhooks/shopify",
+        &under(&stranger, "evil.myshopify.com"),
+    )
+    .await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("ignored")),
+        "{body}"
+    );
+    assert_eq!(shop_a.get_requests() + shop_b.get_requests(), before);
+}
+
+async fn post_to(app: &TestApp, path: &str, hook: &Webhook) -> (u16, Value) {
+    let mut req = app
+        .client
+        .post(app.url(path))
+        .header("Content-Type", "application/json");
+    for (k, v) in &hook.headers {
+        req = req.header(k, v);
+    }
+    let r = req.body(hook.body.clone()).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}

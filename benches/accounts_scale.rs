@@ -231,6 +231,19 @@ fn process_usage(pid: u32) -> (f64, u64) {
     ((get(11) + get(12)) as f64 / 100.0, hwm)
 }
 
+/// The `serve` replicas of a run: killed when dropped, a failed run's too (a replica
+/// left running would claim the next run's accounts).
+struct Replicas(Vec<Child>);
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for ch in &mut self.0 {
+            let _ = ch.kill();
+            let _ = ch.wait();
+        }
+    }
+}
+
 struct Outcome {
     wall: f64,
     db_cpu: f64,
@@ -251,30 +264,46 @@ fn run(
     let before_machine = machine_busy();
     let sender_before = process_usage(sender.child.id()).0;
     let started = Instant::now();
-    let mut children: Vec<Child> = (0..replicas)
-        .map(|_| {
-            Command::new(binary())
-                .arg("--config")
-                .arg(cfg)
-                .arg("serve")
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let children = Replicas(
+        (0..replicas)
+            .map(|_| {
+                Command::new(binary())
+                    .arg("--config")
+                    .arg(cfg)
+                    .arg("serve")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
     let deadline = Instant::now() + Duration::from_secs(3600);
     while scalar(&mut c, done) == 0 {
         assert!(Instant::now() < deadline, "not done within an hour");
         std::thread::sleep(Duration::from_millis(100));
     }
     let wall = started.elapsed().as_secs_f64();
-    let usage: Vec<(f64, u64)> = children.iter().map(|ch| process_usage(ch.id())).collect();
+    let usage: Vec<(f64, u64)> = children.0.iter().map(|ch| process_usage(ch.id())).collect();
     let machine = machine_busy() - before_machine;
     let sender_cpu = process_usage(sender.child.id()).0 - sender_before;
-    for ch in &mut children {
-        let _ = ch.kill();
-        let _ = ch.wait();
+    drop(children);
+    if std::env::args().any(|a| a == "--tables") {
+        #[derive(diesel::QueryableByName)]
+        struct T {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            t: String,
+        }
+        let rows: Vec<T> = diesel::sql_query(
+            "SELECT format('%s: seq_scan %s (%s rows read), idx_scan %s, updates %s (hot %s), dead %s', \
+             relname, seq_scan, seq_tup_read, idx_scan, n_tup_upd, n_tup_hot_upd, n_dead_tup) AS t \
+             FROM pg_stat_user_tables ORDER BY seq_tup_read DESC",
+        )
+        .load(&mut c)
+        .unwrap();
+        for r in rows {
+            println!("    {}", r.t);
+        }
     }
     let ours: f64 = usage.iter().map(|u| u.0).sum();
     let stored = scalar(&mut c, "SELECT COUNT(*) AS n FROM resources");
@@ -293,10 +322,13 @@ fn fresh_database(
     toml: impl Fn(&str) -> String,
 ) -> (String, std::path::PathBuf) {
     let mut admin = PgConnection::establish(&format!("{}/postgres", pg_server())).unwrap();
+    // Two statements: a batch of them would be one transaction, which DROP DATABASE
+    // refuses.
     admin
-        .batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"
-        ))
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
         .unwrap();
     let url = format!("{}/{name}", pg_server());
     let cfg = dir.join(format!("{name}.toml"));
@@ -341,9 +373,11 @@ fn main() {
         let kinds = 2 * n as i64;
         let rows = kinds * ITEMS_PER_ACCOUNT_KIND as i64;
         // Many accounts.
-        let (url, cfg) = fresh_database(dir.path(), "wr_bench_accounts_many", |u| {
-            config(u, &sender.base, true)
-        });
+        let (url, cfg) = fresh_database(
+            dir.path(),
+            &format!("wr_bench_accounts_many_{}", std::process::id()),
+            |u| config(u, &sender.base, true),
+        );
         let mut c = PgConnection::establish(&url).unwrap();
         c.batch_execute(&format!(
             "INSERT INTO accounts (source, account) SELECT 'api', 'acct_' || lpad(g::text, 6, '0') FROM generate_series(1, {n}) g"
@@ -355,22 +389,24 @@ fn main() {
             REPLICAS,
             &sender,
             &format!(
-                "SELECT CASE WHEN COUNT(*) = {kinds} THEN 1 ELSE 0 END AS n FROM reconcile_due WHERE status = 'succeeded'"
+                "SELECT CASE WHEN COUNT(*) = {kinds} THEN 1 ELSE 0 END::bigint AS n FROM reconcile_due WHERE status = 'succeeded'"
             ),
             rows,
         );
         drop(sender);
         // The same items in one account.
         let sender = SenderProcess::start(pace_ms, n * ITEMS_PER_ACCOUNT_KIND);
-        let (url1, cfg1) = fresh_database(dir.path(), "wr_bench_accounts_one", |u| {
-            config(u, &sender.base, false)
-        });
+        let (url1, cfg1) = fresh_database(
+            dir.path(),
+            &format!("wr_bench_accounts_one_{}", std::process::id()),
+            |u| config(u, &sender.base, false),
+        );
         let one = run(
             &url1,
             &cfg1,
             1,
             &sender,
-            "SELECT CASE WHEN COUNT(DISTINCT kind) = 2 THEN 1 ELSE 0 END AS n FROM reconcile_runs WHERE status = 'succeeded'",
+            "SELECT CASE WHEN COUNT(DISTINCT kind) = 2 THEN 1 ELSE 0 END::bigint AS n FROM reconcile_runs WHERE status = 'succeeded'",
             rows,
         );
         let per_run_ms = (many.db_cpu - one.db_cpu) / kinds as f64 * 1000.0;
@@ -396,7 +432,8 @@ fn main() {
         );
     }
     let mut admin = PgConnection::establish(&format!("{}/postgres", pg_server())).unwrap();
-    let _ = admin.batch_execute(
-        "DROP DATABASE IF EXISTS wr_bench_accounts_many WITH (FORCE); DROP DATABASE IF EXISTS wr_bench_accounts_one WITH (FORCE)",
-    );
+    for name in ["wr_bench_accounts_many", "wr_bench_accounts_one"] {
+        let name = format!("{name}_{}", std::process::id());
+        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    }
 }

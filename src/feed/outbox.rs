@@ -43,13 +43,21 @@ pub fn publish(conn: &mut Conn, rows_written: usize) -> diesel::QueryResult<Publ
 pub struct Outbox {
     db: Db,
     published: Arc<Notify>,
+    /// When this process last vacuumed `change_pending`.
+    vacuumed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
+
+/// At most one vacuum of `change_pending` per this interval and process: a many-account
+/// source ends thousands of small runs a minute, and a vacuum after each was most of the
+/// database's cost of an account-kind run (benches/accounts_scale).
+const VACUUM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Outbox {
     pub fn new(db: Db) -> Self {
         Self {
             db,
             published: Arc::new(Notify::new()),
+            vacuumed: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 
@@ -74,6 +82,13 @@ impl Outbox {
     pub async fn vacuum(&self) {
         if self.db.backend() != Backend::Postgres {
             return;
+        }
+        {
+            let mut last = self.vacuumed.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_some_and(|t| t.elapsed() < VACUUM_EVERY) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
         }
         let started = std::time::Instant::now();
         match self.db.read(sql::vacuum_change_pending).await {

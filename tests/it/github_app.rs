@@ -123,3 +123,92 @@ async fn a_wrong_key_an_unknown_installation_or_a_bad_id_is_a_clear_error() {
     .to_string();
     assert!(bad.contains("private key cannot be read"), "{bad}");
 }
+
+/// A GitHub App source with many installations: each installation's reconcile lists
+/// with a token minted for that installation (never the App's JWT, never another
+/// installation's), and writes its rows under the installation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_installation_is_reconciled_with_its_own_minted_token() {
+    use crate::helpers::{Backend, TestDb};
+    use tokio_util::sync::CancellationToken;
+    use webhook_reconciler::reconcile::{RunOptions, RunStatus};
+
+    let (sim, private) = github_with_app(3600).await;
+    sim.change("issues", "1", serde_json::json!({"title": "one"}), "opened");
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("app.pem");
+    std::fs::write(&key_file, private.expose_secret()).unwrap();
+    let db = TestDb::new(Backend::Sqlite);
+    let toml = format!(
+        r#"
+[database]
+url = "{}"
+
+[sources.github]
+preset = "github"
+api_base = "{}"
+requests_per_second = 100
+
+[sources.github.webhook]
+secrets = ["hook-secret-0123456789"]
+
+[sources.github.reconcile]
+cron = "0 0 0 1 1 *"
+
+[sources.github.accounts]
+app_id = "123456"
+app_key = {{ file = "{}" }}
+"#,
+        db.url,
+        sim.api_base(),
+        key_file.display()
+    );
+    let r = crate::reconcile::reconciler_for(&toml).await;
+    let registry =
+        webhook_reconciler::accounts::Accounts::new(crate::helpers::handle_on(&db).await);
+    registry.add("github", "42", None, None).await.unwrap();
+    registry.add("github", "43", None, None).await.unwrap();
+    let (s, k) = r
+        .kinds(Some("github"), Some("issue"))
+        .into_iter()
+        .next()
+        .map(|(s, k)| (s.clone(), k.clone()))
+        .unwrap();
+    // No token of its own: the App's installations are its only accounts.
+    assert_eq!(r.accounts_of(&s).await.unwrap(), ["42", "43"]);
+    for installation in ["42", "43"] {
+        let report = r
+            .run_account_kind(
+                &s,
+                &k,
+                installation,
+                &RunOptions::default(),
+                &CancellationToken::new(),
+                &|_| {},
+            )
+            .await;
+        assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
+    }
+    assert_eq!(
+        db.count("resources WHERE kind = 'issue' AND account = '42'"),
+        1
+    );
+    assert_eq!(
+        db.count("resources WHERE kind = 'issue' AND account = '43'"),
+        1
+    );
+    let minted = sim.minted_tokens();
+    let installations: std::collections::BTreeSet<&str> =
+        minted.iter().map(|(i, _)| i.as_str()).collect();
+    assert_eq!(installations.into_iter().collect::<Vec<_>>(), ["42", "43"]);
+    // Every listing request carried one of the minted installation tokens.
+    let credentials = sim.credentials();
+    assert!(!credentials.is_empty());
+    for c in &credentials {
+        let c = c.as_deref().unwrap_or_default();
+        assert!(
+            minted.iter().any(|(_, t)| c == format!("Bearer {t}")),
+            "a request without a minted token: {c}"
+        );
+    }
+}

@@ -17,6 +17,9 @@ use crate::db::{DbError, ErrorClass};
 use crate::store::{Delivery, Outcome, Store};
 use crate::webhook::envelope::{Envelope, KindMapping};
 
+/// Shopify's mandatory privacy topic: erase a shop's data.
+const SHOP_REDACT: &str = "shop/redact";
+
 /// Longest reason kept with a dead letter.
 const MAX_REASON_BYTES: usize = 500;
 
@@ -98,6 +101,11 @@ impl Ingest {
         body: &[u8],
         body_digest: Option<String>,
     ) -> Result<Ingested, Refusal> {
+        if self.scheme == Scheme::Shopify && env.event_type == SHOP_REDACT {
+            if let Some((_, registry)) = &self.accounts {
+                return self.redact_shop(env, body, body_digest, registry).await;
+            }
+        }
         let mut change = match self.mapping(&env) {
             None => None,
             Some(m) => match m.change(&self.source, &env, chrono::Utc::now().timestamp_micros()) {
@@ -160,6 +168,71 @@ impl Ingest {
             Ok(Outcome::Ignored) if fetch.is_some() => Ok((Outcome::Fetching, fetch)),
             Ok(outcome) => Ok((outcome, key)),
             Err(e) => Err(self.database_refused(e, env, body).await),
+        }
+    }
+
+    /// Shopify's `shop/redact` (48 hours after a shop uninstalled the app): the event is
+    /// claimed, then the shop its signed body names is purged — its rows deleted, its
+    /// schedule forgotten, its registration removed. Claimed first, so a captured body
+    /// replayed after the shop installed the app again is a duplicate and purges nothing
+    /// (the claim covers the body's digest); a purge that fails after the claim is logged
+    /// with the command that finishes it.
+    async fn redact_shop(
+        &self,
+        env: Envelope,
+        body: &[u8],
+        body_digest: Option<String>,
+        registry: &Accounts,
+    ) -> Result<Ingested, Refusal> {
+        let shop = match env.doc.pointer("/shop_domain") {
+            Some(serde_json::Value::String(s)) if crate::change::limits::check_id(s).is_ok() => {
+                s.clone()
+            }
+            _ => {
+                let reason = "shop/redact without a shop_domain string".to_string();
+                return Err(self.dead_letter(env, reason, body).await);
+            }
+        };
+        let claimed = self
+            .store
+            .apply_event(Delivery {
+                source: self.source.clone(),
+                event_id: env.id.clone(),
+                event_type: env.event_type.clone(),
+                change: None,
+                body_digest,
+            })
+            .await;
+        match claimed {
+            Ok(Outcome::Ignored) => {}
+            Ok(outcome) => return Ok((outcome, None)),
+            Err(e) => return Err(self.database_refused(e, env, body).await),
+        }
+        let purged = async {
+            if !registry.set_enabled(&self.source, &shop, false).await? {
+                return Ok::<_, DbError>(None);
+            }
+            let rows = self.store.purge_account(&self.source, &shop).await?;
+            registry.forget_due(&self.source, &shop).await?;
+            registry.remove(&self.source, &shop).await?;
+            Ok(Some(rows))
+        }
+        .await;
+        match purged {
+            Ok(Some(rows)) => {
+                tracing::info!(
+                    source = self.source,
+                    account = shop,
+                    rows,
+                    "shop/redact: the shop's rows were deleted and the shop unregistered"
+                );
+                Ok((Outcome::Applied, None))
+            }
+            Ok(None) => Ok((Outcome::Ignored, None)),
+            Err(e) => {
+                tracing::error!(source = self.source, account = shop, error = %e, "shop/redact was claimed but the purge failed; finish it with `webhook-reconciler accounts remove {} {shop} --purge`", self.source);
+                Err(Refusal::Unavailable(e))
+            }
         }
     }
 

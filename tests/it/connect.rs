@@ -545,15 +545,20 @@ async fn two_replicas_share_forty_accounts_and_never_run_one_twice_at_once() {
     }
 }
 
-both_backends!(a_forged_shop_header_cannot_write_another_shops_rows,);
+both_backends!(
+    a_forged_shop_header_cannot_write_another_shops_rows_and_shop_redact_purges_only_its_shop,
+);
 
 const SHOPIFY_SECRET: &str = "shpss_one_app_many_shops";
 
 /// A Shopify app installed in two shops (each its own simulated API, registered with
 /// its own base URL and token). Shopify signs the body but names the shop only in a
 /// header: the state written is fetched from the named shop's API, so a signed body of
-/// shop A resent under shop B's name brings shop B its own state, never A's.
-async fn a_forged_shop_header_cannot_write_another_shops_rows(b: Backend) {
+/// shop A resent under shop B's name brings shop B its own state, never A's. Then
+/// `shop/redact` purges the shop its signed body names, once.
+async fn a_forged_shop_header_cannot_write_another_shops_rows_and_shop_redact_purges_only_its_shop(
+    b: Backend,
+) {
     let shop_a = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
         .await
         .unwrap();
@@ -744,6 +749,85 @@ run_at_start = false
         "{body}"
     );
     assert_eq!(shop_a.get_requests() + shop_b.get_requests(), before);
+
+    // shop/redact (signed, naming the shop in its body) purges shop A only; the same body
+    // replayed later (even after a reinstall) is a duplicate and purges nothing.
+    let redact_body = json!({"shop_id": 1, "shop_domain": "shop-a.myshopify.com"}).to_string();
+    let redact = Webhook {
+        event_id: "redact-1".into(),
+        headers: vec![
+            ("X-Shopify-Topic".into(), "shop/redact".into()),
+            ("X-Shopify-Webhook-Id".into(), "redact-1".into()),
+            (
+                "X-Shopify-Shop-Domain".into(),
+                "shop-a.myshopify.com".into(),
+            ),
+            (
+                "X-Shopify-Hmac-Sha256".into(),
+                webhook_reconciler::signature::shopify(
+                    SHOPIFY_SECRET.as_bytes(),
+                    redact_body.as_bytes(),
+                ),
+            ),
+        ],
+        body: redact_body,
+    };
+    assert!(
+        app.db
+            .count("resources WHERE account = 'shop-a.myshopify.com'")
+            > 0
+    );
+    let (status, body) = post_to(&app, "/webhooks/shopify", &redact).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("applied")),
+        "{body}"
+    );
+    assert_eq!(
+        app.db
+            .count("resources WHERE account = 'shop-a.myshopify.com'"),
+        0
+    );
+    assert_eq!(
+        app.db
+            .count("accounts WHERE account = 'shop-a.myshopify.com'"),
+        0
+    );
+    assert_eq!(
+        app.db
+            .count("reconcile_due WHERE account = 'shop-a.myshopify.com'"),
+        0
+    );
+    assert_eq!(
+        app.db
+            .count("resources WHERE account = 'shop-b.myshopify.com'"),
+        1
+    );
+    life.add(
+        "shopify",
+        "shop-a.myshopify.com",
+        Some(shop_a.api_base()),
+        None,
+    )
+    .await
+    .unwrap();
+    let mut replay = redact.clone();
+    for (k, v) in &mut replay.headers {
+        if k == "X-Shopify-Webhook-Id" {
+            *v = "redact-replayed".into();
+        }
+    }
+    let (status, body) = post_to(&app, "/webhooks/shopify", &replay).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("duplicate")),
+        "{body}"
+    );
+    assert_eq!(
+        app.db
+            .count("accounts WHERE account = 'shop-a.myshopify.com'"),
+        1
+    );
 }
 
 async fn post_to(app: &TestApp, path: &str, hook: &Webhook) -> (u16, Value) {

@@ -47,19 +47,12 @@ pub(crate) fn add(
     sealed: Option<&str>,
 ) -> diesel::QueryResult<()> {
     let b = conn.backend();
-    let t = if b == crate::config::Backend::Postgres {
-        "true"
-    } else {
-        "1"
-    };
     let q = query(
         b,
-        &format!(
-            "INSERT INTO accounts (source, account, api_base, credential) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (source, account) DO UPDATE SET enabled = {t}, \
+        "INSERT INTO accounts (source, account, api_base, credential) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (source, account) DO UPDATE SET enabled = TRUE, \
              api_base = COALESCE(excluded.api_base, accounts.api_base), \
-             credential = COALESCE(excluded.credential, accounts.credential)"
-        ),
+             credential = COALESCE(excluded.credential, accounts.credential)",
     );
     on_conn!(conn, c => q
         .bind::<Text, _>(source)
@@ -106,11 +99,6 @@ pub(crate) fn is_enabled(
     account: &str,
 ) -> diesel::QueryResult<bool> {
     let b = conn.backend();
-    let t = if b == crate::config::Backend::Postgres {
-        "true"
-    } else {
-        "1"
-    };
     #[derive(diesel::QueryableByName)]
     struct Count {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -118,9 +106,7 @@ pub(crate) fn is_enabled(
     }
     let q = query(
         b,
-        &format!(
-            "SELECT COUNT(*) AS n FROM accounts WHERE source = $1 AND account = $2 AND enabled = {t}"
-        ),
+        "SELECT COUNT(*) AS n FROM accounts WHERE source = $1 AND account = $2 AND enabled = TRUE",
     );
     let r: Count =
         on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).get_result(c))?;
@@ -201,9 +187,9 @@ pub(crate) fn claim_due(
     limit: i64,
 ) -> diesel::QueryResult<Vec<String>> {
     let b = conn.backend();
-    let (t, lock) = match b {
-        crate::config::Backend::Postgres => ("true", " FOR UPDATE OF r SKIP LOCKED"),
-        crate::config::Backend::Sqlite => ("1", ""),
+    let lock = match b {
+        crate::config::Backend::Postgres => " FOR UPDATE OF r SKIP LOCKED",
+        crate::config::Backend::Sqlite => "",
     };
     let q = query(
         b,
@@ -211,7 +197,7 @@ pub(crate) fn claim_due(
             "WITH claimed AS MATERIALIZED ( \
                SELECT r.account FROM reconcile_due r \
                JOIN accounts a ON a.source = r.source AND a.account = r.account \
-               WHERE r.source = $1 AND r.kind = $2 AND a.enabled = {t} AND r.due_at <= {now} \
+               WHERE r.source = $1 AND r.kind = $2 AND a.enabled = TRUE AND r.due_at <= {now} \
                ORDER BY r.due_at LIMIT $4{lock}) \
              UPDATE reconcile_due SET due_at = {next}, started_at = {now}, status = 'running', error = NULL \
              WHERE source = $1 AND kind = $2 AND account IN (SELECT account FROM claimed) \
@@ -300,11 +286,6 @@ pub struct Overdue {
 
 pub(crate) fn due_counts(conn: &mut Conn) -> diesel::QueryResult<Vec<DueCount>> {
     let b = conn.backend();
-    let t = if b == crate::config::Backend::Postgres {
-        "true"
-    } else {
-        "1"
-    };
     let q = query(
         b,
         &format!(
@@ -312,7 +293,7 @@ pub(crate) fn due_counts(conn: &mut Conn) -> diesel::QueryResult<Vec<DueCount>> 
              CAST(SUM(CASE WHEN r.due_at < {now} THEN 1 ELSE 0 END) AS BIGINT) AS overdue, \
              COUNT(*) AS count FROM reconcile_due r \
              JOIN accounts a ON a.source = r.source AND a.account = r.account \
-             WHERE a.enabled = {t} GROUP BY r.source, r.status ORDER BY r.source, r.status",
+             WHERE a.enabled = TRUE GROUP BY r.source, r.status ORDER BY r.source, r.status",
             now = now(b)
         ),
     );
@@ -322,17 +303,12 @@ pub(crate) fn due_counts(conn: &mut Conn) -> diesel::QueryResult<Vec<DueCount>> 
 /// The most overdue account-kinds of enabled accounts (failed ones first).
 pub(crate) fn most_overdue(conn: &mut Conn, limit: i64) -> diesel::QueryResult<Vec<Overdue>> {
     let b = conn.backend();
-    let t = if b == crate::config::Backend::Postgres {
-        "true"
-    } else {
-        "1"
-    };
     let q = query(
         b,
         &format!(
             "SELECT r.source, r.account, r.kind, r.status, {age} AS overdue_secs, r.error \
              FROM reconcile_due r JOIN accounts a ON a.source = r.source AND a.account = r.account \
-             WHERE a.enabled = {t} AND (r.due_at < {now} OR r.status = 'failed') \
+             WHERE a.enabled = TRUE AND (r.due_at < {now} OR r.status = 'failed') \
              ORDER BY CASE WHEN r.status = 'failed' THEN 0 ELSE 1 END, r.due_at LIMIT $1",
             age = age_secs(b, "r.due_at"),
             now = now(b)

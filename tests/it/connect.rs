@@ -112,19 +112,6 @@ fn names(db: &TestDb, account: &str) -> Vec<(String, String)> {
     out
 }
 
-async fn post(app: &TestApp, hook: &Webhook) -> (u16, Value) {
-    let mut req = app
-        .client
-        .post(app.url("/webhooks/stripe"))
-        .header("Content-Type", "application/json");
-    for (k, v) in &hook.headers {
-        req = req.header(k, v);
-    }
-    let r = req.body(hook.body.clone()).send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 both_backends!(
     each_accounts_reconcile_sends_its_stripe_account_and_credential_and_never_mixes_objects,
     an_account_added_under_serve_is_synced_within_seconds_and_a_failing_one_holds_back_no_other,
@@ -278,12 +265,7 @@ async fn an_account_added_under_serve_is_synced_within_seconds_and_a_failing_one
         json!({"name": "acct_1"}),
         "customer.created",
     );
-    let (status, body) = post(&app, &hook).await;
-    assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("ignored")),
-        "{body}"
-    );
+    assert_eq!(answered(&app, "/webhooks/stripe", &hook).await, "ignored");
     assert_eq!(app.db.count("resources WHERE account = 'acct_1'"), 0);
 
     let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
@@ -612,15 +594,7 @@ run_at_start = false
     let a_1001 = shop_a.change("orders", "1001", order("A's order"), "orders/updated");
     shop_b.change("orders", "1001", order("B's order"), "orders/updated");
     let a_1002 = shop_a.change("orders", "1002", order("A only"), "orders/updated");
-    let under = |hook: &Webhook, shop: &str| {
-        let mut h = hook.clone();
-        for (k, v) in &mut h.headers {
-            if k == "X-Shopify-Shop-Domain" {
-                *v = shop.to_string();
-            }
-        }
-        h
-    };
+    let under = |hook: &Webhook, shop: &str| with_header(hook, "X-Shopify-Shop-Domain", shop);
     let note = |shop: &str, id: &str| -> Option<String> {
         let expr = match b {
             Backend::Postgres => "state->>'note'",
@@ -637,16 +611,14 @@ run_at_start = false
             .map(String::from)
     };
     // Shop A's own delivery: its state fetched from shop A, with shop A's token.
-    let (status, body) = post_to(
-        &app,
-        "/webhooks/shopify",
-        &under(&a_1001, "shop-a.myshopify.com"),
-    )
-    .await;
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("fetching")),
-        "{body}"
+        answered(
+            &app,
+            "/webhooks/shopify",
+            &under(&a_1001, "shop-a.myshopify.com"),
+        )
+        .await,
+        "fetching"
     );
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -659,30 +631,20 @@ run_at_start = false
         Some("A's order")
     );
     // The same signed bodies under shop B's name (new delivery ids, so not duplicates).
-    let mut forged_1001 = under(&a_1001, "shop-b.myshopify.com");
-    let mut forged_1002 = under(&a_1002, "shop-b.myshopify.com");
-    for (h, id) in [(&mut forged_1001, "f1"), (&mut forged_1002, "f2")] {
-        for (k, v) in &mut h.headers {
-            if k == "X-Shopify-Webhook-Id" {
-                *v = format!("forged-{id}");
-            }
-        }
-    }
+    let id = "X-Shopify-Webhook-Id";
+    let forged_1001 = with_header(&under(&a_1001, "shop-b.myshopify.com"), id, "forged-f1");
+    let forged_1002 = with_header(&under(&a_1002, "shop-b.myshopify.com"), id, "forged-f2");
     // The body digest is claimed with the id: a signed body replayed is a duplicate
     // even under another shop's name, and nothing is fetched for it.
-    let (status, body) = post_to(&app, "/webhooks/shopify", &forged_1001).await;
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("duplicate")),
-        "{body}"
+        answered(&app, "/webhooks/shopify", &forged_1001).await,
+        "duplicate"
     );
     // A body not yet delivered, under shop B's name: fetched from shop B, which has no
     // order 1002, so nothing is written under shop B.
-    let (status, body) = post_to(&app, "/webhooks/shopify", &forged_1002).await;
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("fetching")),
-        "{body}"
+        answered(&app, "/webhooks/shopify", &forged_1002).await,
+        "fetching"
     );
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -699,11 +661,9 @@ run_at_start = false
         "orders/updated",
     );
     let forged = under(&a_1001_again, "shop-b.myshopify.com");
-    let (status, body) = post_to(&app, "/webhooks/shopify", &forged).await;
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("fetching")),
-        "{body}"
+        answered(&app, "/webhooks/shopify", &forged).await,
+        "fetching"
     );
     assert!(
         eventually(Duration::from_secs(10), || async {
@@ -737,16 +697,14 @@ run_at_start = false
     // A shop nobody registered: ignored, nothing fetched.
     let before = shop_a.get_requests() + shop_b.get_requests();
     let stranger = shop_a.change("orders", "1003", order("A only"), "orders/updated");
-    let (status, body) = post_to(
-        &app,
-        "/webhooks/shopify",
-        &under(&stranger, "evil.myshopify.com"),
-    )
-    .await;
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("ignored")),
-        "{body}"
+        answered(
+            &app,
+            "/webhooks/shopify",
+            &under(&stranger, "evil.myshopify.com"),
+        )
+        .await,
+        "ignored"
     );
     assert_eq!(shop_a.get_requests() + shop_b.get_requests(), before);
 
@@ -777,11 +735,9 @@ run_at_start = false
             .count("resources WHERE account = 'shop-a.myshopify.com'")
             > 0
     );
-    let (status, body) = post_to(&app, "/webhooks/shopify", &redact).await;
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("applied")),
-        "{body}"
+        answered(&app, "/webhooks/shopify", &redact).await,
+        "applied"
     );
     assert_eq!(
         app.db
@@ -811,17 +767,10 @@ run_at_start = false
     )
     .await
     .unwrap();
-    let mut replay = redact.clone();
-    for (k, v) in &mut replay.headers {
-        if k == "X-Shopify-Webhook-Id" {
-            *v = "redact-replayed".into();
-        }
-    }
-    let (status, body) = post_to(&app, "/webhooks/shopify", &replay).await;
+    let replay = with_header(&redact, "X-Shopify-Webhook-Id", "redact-replayed");
     assert_eq!(
-        (status, body["outcome"].as_str()),
-        (200, Some("duplicate")),
-        "{body}"
+        answered(&app, "/webhooks/shopify", &replay).await,
+        "duplicate"
     );
     assert_eq!(
         app.db
@@ -841,4 +790,22 @@ async fn post_to(app: &TestApp, path: &str, hook: &Webhook) -> (u16, Value) {
     let r = req.body(hook.body.clone()).send().await.unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The answer to a delivery: 200 and its outcome.
+async fn answered(app: &TestApp, path: &str, hook: &Webhook) -> String {
+    let (status, body) = post_to(app, path, hook).await;
+    assert_eq!(status, 200, "{body}");
+    body["outcome"].as_str().unwrap_or_default().to_string()
+}
+
+/// `hook` with header `name` set to `value` (a replay under another name or id).
+fn with_header(hook: &Webhook, name: &str, value: &str) -> Webhook {
+    let mut h = hook.clone();
+    for (k, v) in &mut h.headers {
+        if k == name {
+            *v = value.to_string();
+        }
+    }
+    h
 }

@@ -219,6 +219,11 @@ pub struct DemoArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// A Stripe Connect platform with this many connected accounts instead: each
+    /// account's customers and products, one registered only after its deliveries, all
+    /// reconciled by the shared per-kind schedule.
+    #[arg(long, value_name = "N", conflicts_with_all = ["orders", "refunds", "no_reconcile", "same_second"])]
+    accounts: Option<usize>,
 }
 
 fn rate(name: &str, v: f64) -> Result<f64, String> {
@@ -246,6 +251,28 @@ async fn demo(a: DemoArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_CONFIG));
         }
     };
+    if let Some(accounts) = a.accounts {
+        let report = crate::demo::accounts::run(crate::demo::accounts::AccountsDemoOptions {
+            accounts,
+            seed: a.seed,
+            loss: faults.loss,
+            duplicate: faults.duplicate,
+            concurrency: a.concurrency.max(1),
+            database: a.database,
+            progress: !a.json,
+        })
+        .await?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            crate::demo::accounts::print_report(&report);
+        }
+        return Ok(if report.converged {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_FAILED)
+        });
+    }
     let report = crate::demo::run(crate::demo::DemoOptions {
         orders: a.orders,
         refunds: a.refunds,

@@ -6,6 +6,7 @@
 //! and the demo compares the two sides. Every figure in the report is measured — the
 //! receiver's answers and the rows in the database — not asserted.
 
+pub mod accounts;
 pub mod application;
 
 use crate::bookkeeping::Bookkeeping;

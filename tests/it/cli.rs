@@ -207,6 +207,45 @@ fn the_demo_command_exits_0_when_converged_1_when_not_and_2_on_bad_flags() {
 }
 
 #[test]
+fn the_many_accounts_demo_converges_every_account_on_both_backends() {
+    let pg = TestDb::new(Backend::Postgres);
+    for database in [None, Some(pg.url.as_str())] {
+        let mut cmd = bin();
+        cmd.args(["demo", "--accounts", "12", "--json"]);
+        if let Some(url) = database {
+            cmd.args(["--database", url]);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{database:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        // 12 accounts x (8 customers + 3 products), the same ids in every account.
+        assert_eq!(r["objects"], 132, "{r}");
+        assert_eq!(r["rows"], 132, "{r}");
+        assert_eq!(r["diverged_at_end"], 0, "{r}");
+        // The late account's deliveries were ignored until it was added.
+        assert!(r["answers"]["ignored"].as_u64().unwrap() > 0, "{r}");
+        // customers, products and the event catch-up of every account.
+        let runs: i64 = r["runs"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_i64().unwrap())
+            .sum();
+        assert_eq!(runs, 36, "{r}");
+    }
+    let refused = bin()
+        .args(["demo", "--accounts", "3", "--orders", "10"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+#[test]
 fn a_database_password_in_the_url_query_never_shows_in_any_output() {
     let db = TestDb::new(Backend::Postgres);
     // Trust authentication ignores the password; libpq accepts it as a parameter.

@@ -809,3 +809,103 @@ fn with_header(hook: &Webhook, name: &str, value: &str) -> Webhook {
     }
     h
 }
+
+both_backends!(a_key_that_cannot_open_a_stored_credential_fails_that_account_only_and_a_malformed_key_is_refused);
+
+/// `accounts.key` replaced by another valid key: the account whose credential was sealed
+/// with the old one fails loudly, by name; the other accounts and the platform's own are
+/// reconciled; the credential shows nowhere. A key that is not 32 bytes of base64 is a
+/// configuration error naming `accounts.key`.
+async fn a_key_that_cannot_open_a_stored_credential_fails_that_account_only_and_a_malformed_key_is_refused(
+    b: Backend,
+) {
+    use crate::helpers::process::{bin, write_config};
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
+    life.add("stripe", "acct_open", None, None).await.unwrap();
+    life.add(
+        "stripe",
+        "acct_sealed",
+        None,
+        Some(SecretString::from("sk_sealed_secret_77")),
+    )
+    .await
+    .unwrap();
+    for a in ["acct_open", "acct_sealed"] {
+        sim.change_in(
+            a,
+            "customers",
+            "cus_1",
+            json!({"name": a}),
+            "customer.created",
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    // Another valid key (32 bytes): it cannot open acct_sealed's credential.
+    let other_key = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
+    let path = write_config(dir.path(), &toml.replace(ACCOUNTS_KEY, other_key));
+    let out = bin()
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "reconcile",
+            "--source",
+            "stripe",
+            "--kind",
+            "customer",
+        ])
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{printed}");
+    assert!(printed.contains("acct_sealed"), "{printed}");
+    assert!(
+        printed.contains("accounts.key"),
+        "the reason names the key: {printed}"
+    );
+    assert!(!printed.contains("sk_sealed_secret_77"), "{printed}");
+    assert_eq!(
+        db.count("resources WHERE kind = 'customer' AND account = 'acct_open'"),
+        1
+    );
+    assert_eq!(
+        db.count("resources WHERE kind = 'customer' AND account = 'acct_sealed'"),
+        0
+    );
+    // No request of acct_sealed went out with another credential.
+    assert!(!sim.account_headers().iter().any(|a| a == "acct_sealed"));
+
+    // `status` names the failing account and why.
+    let status = bin()
+        .args(["--config", path.to_str().unwrap(), "status"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(shown.contains("acct_sealed"), "{shown}");
+
+    // A key that is not 32 bytes: exit 2, naming the key, never showing it.
+    let path = write_config(dir.path(), &toml.replace(ACCOUNTS_KEY, "c2hvcnQta2V5"));
+    let out = bin()
+        .args(["--config", path.to_str().unwrap(), "check-config"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("accounts.key"), "{err}");
+    assert!(!err.contains("c2hvcnQta2V5"), "{err}");
+}

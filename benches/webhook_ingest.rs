@@ -310,10 +310,13 @@ fn pgbench_scripts(dir: &std::path::Path, group: usize) -> Vec<(std::path::PathB
     let claim_row = |event_id: String| {
         vec![
             "'shop'".to_string(),
-            event_id,
+            event_id.clone(),
             "'refund.succeeded'".to_string(),
             "'applied'".to_string(),
             "NULL".to_string(),
+            "''".to_string(),
+            "'refund'".to_string(),
+            format!("'re_' || {event_id}"),
         ]
     };
     let upsert_row = |k: usize| {
@@ -332,7 +335,7 @@ fn pgbench_scripts(dir: &std::path::Path, group: usize) -> Vec<(std::path::PathB
     };
     let new_event = |k: usize| format!("('evt_' || :client_id || '_' || :n || '_{k}')");
     let script = |claims: Vec<String>, upserts: usize| {
-        let claim = substitute(&claim_sql(claims.len() / 5), &claims);
+        let claim = substitute(&claim_sql(claims.len() / 8), &claims);
         let mut body =
             format!("\\set n random(1, 2000000000)\n\\set d random(1, 1000)\nBEGIN;\n{claim};\n");
         if upserts > 0 {

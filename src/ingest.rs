@@ -288,6 +288,7 @@ impl Ingest {
                 env.event_type.clone(),
                 reason.clone(),
                 String::from_utf8_lossy(body).into_owned(),
+                env.account_hint.clone(),
             )
             .await;
         match kept {

@@ -24,6 +24,7 @@ pub mod feed;
 pub mod http;
 pub mod ingest;
 pub mod observability;
+pub mod operations;
 pub mod reconcile;
 pub mod retention;
 pub mod sender;

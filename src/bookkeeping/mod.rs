@@ -15,7 +15,7 @@ mod sql;
 
 use crate::change::Key;
 use crate::db::{Conn, Db, DbError, DbTime};
-pub use sql::{Checkpoint, PruneRow, RunRow, SuccessAge, SweepState};
+pub use sql::{Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
 
 /// `reconcile_runs.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -363,6 +363,39 @@ impl Bookkeeping {
     pub async fn recent_runs(&self, key: &Key, limit: i64) -> Result<Vec<RunRow>, DbError> {
         let k = key.clone();
         self.db.read(move |c| sql::recent_runs(c, &k, limit)).await
+    }
+
+    /// The runs of `key` that were running at `at` (text of a stored time).
+    pub async fn runs_at(&self, key: &Key, at: &str) -> Result<Vec<RunRow>, DbError> {
+        let (k, at) = (key.clone(), at.to_string());
+        self.db.read(move |c| sql::runs_at(c, &k, &at)).await
+    }
+
+    /// Pauses or resumes reconciling `kind` of `source` (`""`: the whole source), for
+    /// every replica and the one-shot command; whether anything changed.
+    pub async fn set_paused(
+        &self,
+        source: &str,
+        kind: &str,
+        paused: bool,
+    ) -> Result<bool, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db
+            .write(move |c| sql::set_reconcile_paused(c, &s, &k, paused))
+            .await
+    }
+
+    /// Whether `kind` of `source` is paused (by itself or with its source).
+    pub async fn is_paused(&self, source: &str, kind: &str) -> Result<bool, DbError> {
+        let (s, k) = (source.to_string(), kind.to_string());
+        self.db
+            .read(move |c| sql::reconcile_paused(c, &s, &k))
+            .await
+    }
+
+    /// Every pause in force.
+    pub async fn pauses(&self) -> Result<Vec<PausedRow>, DbError> {
+        self.db.read(sql::paused_rows).await
     }
 
     /// The last retention pass, if any.

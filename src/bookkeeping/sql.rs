@@ -511,3 +511,91 @@ pub(crate) fn last_prune(conn: &mut Conn) -> diesel::QueryResult<Option<PruneRow
     let mut rows: Vec<PruneRow> = on_conn!(conn, c => q.load(c))?;
     Ok(rows.pop())
 }
+
+/// The runs of `key` that were running at `at` (a change's time): the runs that wrote it.
+pub(crate) fn runs_at(conn: &mut Conn, key: &Key, at: &str) -> diesel::QueryResult<Vec<RunRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT mode, status, {} AS started_at, {} AS finished_at, scanned, missing, newer_remote, differing, newer_local, applied, error \
+             FROM reconcile_runs WHERE source = $1 AND account = $2 AND kind = $3 \
+             AND started_at <= {at} AND (finished_at IS NULL OR finished_at >= {at}) ORDER BY id",
+            display_time(b, "started_at"),
+            display_time(b, "finished_at"),
+            at = ts_param(b, 4),
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(at)
+        .load(c))
+}
+
+/// Pauses (or resumes) reconciling `kind` of `source` (`""`: every kind of it);
+/// whether anything changed.
+pub(crate) fn set_reconcile_paused(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    paused: bool,
+) -> diesel::QueryResult<bool> {
+    let q = if paused {
+        query(
+            conn.backend(),
+            "INSERT INTO reconcile_paused (source, kind) VALUES ($1, $2) ON CONFLICT (source, kind) DO NOTHING",
+        )
+    } else {
+        query(
+            conn.backend(),
+            "DELETE FROM reconcile_paused WHERE source = $1 AND kind = $2",
+        )
+    };
+    Ok(on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).execute(c))? > 0)
+}
+
+/// Whether `kind` of `source` is paused, by itself or with its whole source.
+pub(crate) fn reconcile_paused(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+) -> diesel::QueryResult<bool> {
+    let q = query(
+        conn.backend(),
+        "SELECT COUNT(*) AS n FROM reconcile_paused WHERE source = $1 AND (kind = $2 OR kind = '')",
+    );
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    Ok(
+        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).get_result::<N>(c))?.n
+            > 0,
+    )
+}
+
+/// Every pause, as (source, kind) (`kind` `""`: the whole source).
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct PausedRow {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub kind: String,
+    #[diesel(sql_type = Text)]
+    pub paused_at: String,
+}
+
+pub(crate) fn paused_rows(conn: &mut Conn) -> diesel::QueryResult<Vec<PausedRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT source, kind, {} AS paused_at FROM reconcile_paused ORDER BY source, kind",
+            display_time(b, "paused_at")
+        ),
+    );
+    on_conn!(conn, c => q.load(c))
+}

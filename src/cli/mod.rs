@@ -2,6 +2,7 @@
 //! code. `main` only calls [`run`].
 
 mod generate;
+mod operate;
 mod reconcile;
 mod status;
 
@@ -77,7 +78,12 @@ pub enum Command {
         follow: bool,
     },
     /// Reconcile now, once: page through the senders' listings and repair what differs.
+    /// `reconcile pause|resume SOURCE [KIND]` stops or restarts a kind's reconciling on
+    /// every replica.
+    #[command(args_conflicts_with_subcommands = true)]
     Reconcile {
+        #[command(subcommand)]
+        action: Option<operate::PauseAction>,
         /// Only this source.
         #[arg(long)]
         source: Option<String>,
@@ -101,6 +107,32 @@ pub enum Command {
         /// (check the ids first with --dry-run).
         #[arg(long)]
         allow_mass_delete: bool,
+    },
+    /// Authentic deliveries that could not be applied (a mapping pointing at the wrong
+    /// field, data the database refused): list them, retry them after the fix, discard
+    /// them.
+    DeadLetters {
+        #[command(subcommand)]
+        action: operate::DeadLettersAction,
+    },
+    /// One resource's story: its row, every event claimed for it (id, type, outcome,
+    /// time), its changes (seq, version, origin) and the reconcile runs that wrote it.
+    Explain {
+        source: String,
+        kind: String,
+        id: String,
+        /// The account of a many-account source.
+        #[arg(long)]
+        account: Option<String>,
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The change feed's consumers: list them, rewind one (changes after a seq are
+    /// pushed again, with the same ids), pause or resume one.
+    Consumers {
+        #[command(subcommand)]
+        action: operate::ConsumersAction,
     },
     /// The accounts of a many-account source ([sources.NAME.accounts]): a delivery is
     /// applied to the account its signed body names only when it is registered here.
@@ -381,7 +413,21 @@ pub async fn run(cli: Cli) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS),
         Command::Serve => serve(config).await.map(|()| ExitCode::SUCCESS),
+        Command::DeadLetters { action } => operate::dead_letters(&config, action).await,
+        Command::Explain {
+            source,
+            kind,
+            id,
+            account,
+            json,
+        } => operate::explain(&config, &source, &kind, &id, account.as_deref(), json).await,
+        Command::Consumers { action } => operate::consumers(&config, action).await,
         Command::Reconcile {
+            action: Some(action),
+            ..
+        } => operate::pause(&config, action).await,
+        Command::Reconcile {
+            action: None,
             source,
             account,
             kind,

@@ -175,6 +175,7 @@ fn print_table(reports: &[KindReport]) {
             RunStatus::Succeeded => "ok",
             RunStatus::Failed { .. } => "FAILED",
             RunStatus::Skipped { .. } => "skipped",
+            RunStatus::Paused => "paused",
         };
         println!(
             "{:<24} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>8.1}s",
@@ -195,6 +196,11 @@ fn print_table(reports: &[KindReport]) {
             RunStatus::Failed { error } => {
                 println!("{}: {error}", run_name(&r.source, &r.account, &r.kind))
             }
+            RunStatus::Paused => println!(
+                "{}: paused by an operator; `webhook-reconciler reconcile resume {}` ends it",
+                run_name(&r.source, &r.account, &r.kind),
+                r.source
+            ),
             RunStatus::Skipped {
                 lease_holder,
                 lease_expires_at,

@@ -22,7 +22,7 @@ use crate::bookkeeping::{Fence, LeaseLost};
 use crate::config::{ConsumerConfig, ConsumerStart};
 use crate::db::{Db, DbError};
 use sql::ChangeRow;
-pub use sql::Lag;
+pub use sql::{ConsumerRow, Lag, ResourceChange};
 
 /// One change as the application sees it (pushed body, pulled item, printed line).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -102,6 +102,15 @@ impl From<&ConsumerConfig> for Filter {
 }
 
 /// Most changes one read returns.
+/// Why a rewind was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rewind {
+    #[error("seq {to} is past the feed's end ({last})")]
+    PastTheEnd { to: i64, last: i64 },
+    #[error("changes after seq {to} are no longer all kept: the oldest kept is {oldest}; rewind to {} or later", oldest - 1)]
+    Pruned { to: i64, oldest: i64 },
+}
+
 pub const MAX_PAGE: i64 = 1000;
 /// Most bytes of states one read returns, past its first change: a read of many large
 /// states would hold them all in memory at once (and a push batch, all of them).
@@ -186,22 +195,76 @@ impl Feed {
 
     /// Moves `consumer`'s position to `position`, in a transaction fenced on the
     /// consumer's lease: when the lease is no longer ours, nothing moves.
+    /// Ok(false): the position was moved by an operator meanwhile (it stays there).
     pub async fn advance(
         &self,
         consumer: &str,
+        from: i64,
         position: i64,
         fence: Fence,
-    ) -> Result<Result<(), LeaseLost>, DbError> {
+    ) -> Result<Result<bool, LeaseLost>, DbError> {
         let consumer = consumer.to_string();
         self.db
             .write(move |c| {
                 if let Err(lost) = fence.check(c)? {
                     return Ok(Err(lost));
                 }
-                sql::advance_consumer(c, &consumer, position)?;
-                Ok(Ok(()))
+                Ok(Ok(sql::advance_consumer(c, &consumer, from, position)?))
             })
             .await
+    }
+
+    /// A consumer's position, and whether an operator paused it.
+    pub async fn state(&self, consumer: &str) -> Result<(i64, bool), DbError> {
+        let consumer = consumer.to_string();
+        self.db
+            .read(move |c| sql::consumer_state(c, &consumer))
+            .await
+    }
+
+    /// Every consumer the database has a position for.
+    pub async fn consumer_rows(&self) -> Result<Vec<ConsumerRow>, DbError> {
+        self.db.read(sql::consumer_rows).await
+    }
+
+    pub async fn set_paused(&self, consumer: &str, paused: bool) -> Result<(), DbError> {
+        let consumer = consumer.to_string();
+        self.db
+            .write(move |c| sql::set_consumer_paused(c, &consumer, paused))
+            .await
+    }
+
+    /// Moves `consumer` back to `to` (changes after it are pushed again), refused when
+    /// a change it would need is no longer kept or `to` is past the feed's end; in one
+    /// transaction with the check. Returns the position it had.
+    pub async fn rewind(&self, consumer: &str, to: i64) -> Result<Result<i64, Rewind>, DbError> {
+        let consumer = consumer.to_string();
+        self.db
+            .write(move |c| {
+                let last = sql::last_seq(c)?;
+                if to > last || to < 0 {
+                    return Ok(Err(Rewind::PastTheEnd { to, last }));
+                }
+                // Changes after `to` must all be kept: the oldest kept is at most to + 1.
+                let oldest = sql::oldest_seq(c)?.unwrap_or(last + 1);
+                if to + 1 < oldest {
+                    return Ok(Err(Rewind::Pruned { to, oldest }));
+                }
+                let from = sql::consumer_position(c, &consumer)?;
+                sql::set_consumer_position(c, &consumer, to)?;
+                Ok(Ok(from))
+            })
+            .await
+    }
+
+    /// The kept changes of one resource, in order.
+    pub async fn changes_of(
+        &self,
+        key: &crate::change::ResourceKey,
+        limit: i64,
+    ) -> Result<Vec<ResourceChange>, DbError> {
+        let key = key.clone();
+        self.db.read(move |c| sql::changes_of(c, &key, limit)).await
     }
 
     /// Records that `consumer` skipped change `seq` after `attempts` (`on_failure =
@@ -240,21 +303,21 @@ impl Feed {
         batch: i64,
     ) -> Result<i64, DbError> {
         let names: Vec<String> = consumers.iter().map(|c| c.name.clone()).collect();
-        let acknowledged = self
-            .db
-            .read(move |c| {
-                if names.is_empty() {
-                    sql::last_seq(c)
-                } else {
-                    sql::lowest_position(c, &names)
-                }
-            })
-            .await?;
         let mut total = 0;
         loop {
+            // What every consumer has is read in each batch's own transaction, so a
+            // consumer rewound meanwhile keeps what it now needs.
+            let names = names.clone();
             let n = self
                 .db
-                .write(move |c| sql::prune_changes(c, age.as_secs_f64(), acknowledged, batch))
+                .write(move |c| {
+                    let acknowledged = if names.is_empty() {
+                        sql::last_seq(c)?
+                    } else {
+                        sql::lowest_position(c, &names)?
+                    };
+                    sql::prune_changes(c, age.as_secs_f64(), acknowledged, batch)
+                })
                 .await? as i64;
             total += n;
             if n < batch {

@@ -131,13 +131,22 @@ impl Pusher {
     async fn push_while_holding(&self, cancel: &CancellationToken) -> Result<(), PushError> {
         let name = &self.consumer.name;
         let filter = Filter::from(&self.consumer);
-        let mut position = self
-            .feed
+        self.feed
             .position_or_start(name, self.consumer.start)
             .await?;
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
+            }
+            // Read every round: an operator may pause the consumer or rewind it (from
+            // any replica); each takes effect at the next batch.
+            let (position, paused) = self.feed.state(name).await?;
+            if paused {
+                tokio::select! {
+                    () = tokio::time::sleep(POLL) => {}
+                    () = cancel.cancelled() => return Ok(()),
+                }
+                continue;
             }
             // Registered before the read, so a commit between the read and the wait
             // still wakes us.
@@ -168,8 +177,12 @@ impl Pusher {
                 return Ok(());
             }
             let fence = self.book.fence(&Key::consumer(name.as_str()), LEASE_TTL);
-            self.feed.advance(name, last, fence).await??;
-            position = last;
+            if !self.feed.advance(name, position, last, fence).await?? {
+                tracing::info!(
+                    consumer = name,
+                    "the consumer's position was moved by an operator; pushing from there"
+                );
+            }
         }
     }
 

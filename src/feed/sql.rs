@@ -222,24 +222,30 @@ pub(crate) fn start_consumer_now(conn: &mut Conn, consumer: &str) -> diesel::Que
     Ok(())
 }
 
-/// Moves a consumer's position forward (never back).
+/// Moves a consumer's position from `from` to `position`; false when it is no longer
+/// at `from` (an operator rewound it meanwhile: the rewind wins).
 pub(crate) fn advance_consumer(
     conn: &mut Conn,
     consumer: &str,
+    from: i64,
     position: i64,
-) -> diesel::QueryResult<()> {
+) -> diesel::QueryResult<bool> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
             "INSERT INTO consumer_positions (consumer, position) VALUES ($1, $2) \
              ON CONFLICT (consumer) DO UPDATE SET position = excluded.position, updated_at = {} \
-             WHERE consumer_positions.position < excluded.position",
+             WHERE consumer_positions.position = $3",
             crate::db::sql::now(b)
         ),
     );
-    on_conn!(conn, c => q.bind::<Text, _>(consumer).bind::<BigInt, _>(position).execute(c))?;
-    Ok(())
+    let n = on_conn!(conn, c => q
+        .bind::<Text, _>(consumer)
+        .bind::<BigInt, _>(position)
+        .bind::<BigInt, _>(from)
+        .execute(c))?;
+    Ok(n > 0)
 }
 
 /// Records that a consumer gave up on change `seq` (`on_failure = "skip"`).
@@ -335,4 +341,133 @@ pub(crate) fn lowest_position(conn: &mut Conn, consumers: &[String]) -> diesel::
         low = low.min(consumer_position(conn, c)?);
     }
     Ok(low)
+}
+
+/// A change of one resource, as `explain` shows it.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct ResourceChange {
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+    #[diesel(sql_type = BigInt)]
+    pub version: i64,
+    #[diesel(sql_type = Bool)]
+    pub deleted: bool,
+    #[diesel(sql_type = Text)]
+    pub origin: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub event_id: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub changed_at: String,
+}
+
+/// The kept changes of one resource, in seq order, at most `limit` (through
+/// `changes_resource_idx`).
+pub(crate) fn changes_of(
+    conn: &mut Conn,
+    key: &crate::change::ResourceKey,
+    limit: i64,
+) -> diesel::QueryResult<Vec<ResourceChange>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT seq, version, deleted, origin, event_id, {} AS changed_at FROM changes \
+             WHERE source = $1 AND account = $2 AND kind = $3 AND id = $4 ORDER BY seq LIMIT $5",
+            ts_text(b, "changed_at")
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(key.id.as_str())
+        .bind::<BigInt, _>(limit)
+        .load(c))
+}
+
+/// The oldest kept change's seq (`None`: the feed keeps none).
+pub(crate) fn oldest_seq(conn: &mut Conn) -> diesel::QueryResult<Option<i64>> {
+    #[derive(diesel::QueryableByName)]
+    struct Min {
+        #[diesel(sql_type = Nullable<BigInt>)]
+        n: Option<i64>,
+    }
+    let q = query(conn.backend(), "SELECT MIN(seq) AS n FROM changes");
+    Ok(on_conn!(conn, c => q.get_result::<Min>(c))?.n)
+}
+
+/// A consumer's row as `consumers list` shows it.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct ConsumerRow {
+    #[diesel(sql_type = Text)]
+    pub consumer: String,
+    #[diesel(sql_type = BigInt)]
+    pub position: i64,
+    #[diesel(sql_type = Bool)]
+    pub paused: bool,
+    #[diesel(sql_type = BigInt)]
+    pub skipped: i64,
+}
+
+pub(crate) fn consumer_rows(conn: &mut Conn) -> diesel::QueryResult<Vec<ConsumerRow>> {
+    let q = query(
+        conn.backend(),
+        "SELECT p.consumer, p.position, p.paused, \
+         (SELECT COUNT(*) FROM consumer_skips s WHERE s.consumer = p.consumer) AS skipped \
+         FROM consumer_positions p ORDER BY p.consumer",
+    );
+    on_conn!(conn, c => q.load(c))
+}
+
+/// A consumer's position and whether it is paused (a consumer without a row: 0, not
+/// paused).
+pub(crate) fn consumer_state(conn: &mut Conn, consumer: &str) -> diesel::QueryResult<(i64, bool)> {
+    #[derive(diesel::QueryableByName)]
+    struct State {
+        #[diesel(sql_type = BigInt)]
+        position: i64,
+        #[diesel(sql_type = Bool)]
+        paused: bool,
+    }
+    let q = query(
+        conn.backend(),
+        "SELECT position, paused FROM consumer_positions WHERE consumer = $1",
+    );
+    let rows: Vec<State> = on_conn!(conn, c => q.bind::<Text, _>(consumer).load(c))?;
+    Ok(rows.first().map_or((0, false), |r| (r.position, r.paused)))
+}
+
+/// Pauses or resumes a consumer (a consumer without a position gets 0, the feed's
+/// start, like a new one).
+pub(crate) fn set_consumer_paused(
+    conn: &mut Conn,
+    consumer: &str,
+    paused: bool,
+) -> diesel::QueryResult<()> {
+    let q = query(
+        conn.backend(),
+        "INSERT INTO consumer_positions (consumer, position, paused) VALUES ($1, 0, $2) \
+         ON CONFLICT (consumer) DO UPDATE SET paused = excluded.paused",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(consumer).bind::<Bool, _>(paused).execute(c))?;
+    Ok(())
+}
+
+/// Sets a consumer's position back (or anywhere): changes after it are pushed again.
+pub(crate) fn set_consumer_position(
+    conn: &mut Conn,
+    consumer: &str,
+    position: i64,
+) -> diesel::QueryResult<()> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "INSERT INTO consumer_positions (consumer, position) VALUES ($1, $2) \
+             ON CONFLICT (consumer) DO UPDATE SET position = excluded.position, updated_at = {}",
+            crate::db::sql::now(b)
+        ),
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(consumer).bind::<BigInt, _>(position).execute(c))?;
+    Ok(())
 }

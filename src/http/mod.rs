@@ -7,6 +7,7 @@
 
 mod admin;
 mod listener;
+mod operations;
 mod reply;
 
 pub use listener::serve;
@@ -62,6 +63,12 @@ pub fn router(state: HttpState) -> Routers {
         max_in_flight: state.config.http.max_in_flight,
         in_flight: Arc::new(tokio::sync::Semaphore::new(state.config.http.max_in_flight)),
     };
+    let operations = crate::operations::Operations::new(
+        state.config.clone(),
+        state.store.clone(),
+        state.db.clone(),
+        state.receivers.iter().map(|(_, r)| r.clone()).collect(),
+    );
     let mut webhooks = Router::new();
     for (path, receiver) in state.receivers {
         let (receiver, limits) = (Arc::new(receiver), limits.clone());
@@ -96,6 +103,10 @@ pub fn router(state: HttpState) -> Routers {
     let (db3, book3, config3) = (db.clone(), book.clone(), config.clone());
     let ops = router
         .merge(admin::routes(life, config.http.admin_token.clone()))
+        .merge(operations::routes(
+            operations,
+            config.http.admin_token.clone(),
+        ))
         .route(
             "/admin/status",
             get(move |headers: HeaderMap| {

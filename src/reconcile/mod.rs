@@ -54,6 +54,8 @@ pub enum RunStatus {
         /// When that lease expires unless its holder renews it (RFC 3339, UTC).
         lease_expires_at: String,
     },
+    /// An operator paused the kind (`reconcile pause`): nothing was requested or written.
+    Paused,
 }
 
 /// What one run of one kind did.
@@ -238,6 +240,11 @@ impl Reconciler {
         self.store.accounts()
     }
 
+    /// The bookkeeping runs, leases and pauses are kept in.
+    pub fn book(&self) -> &Bookkeeping {
+        &self.book
+    }
+
     fn sender(&self, source: &str) -> Option<&Sender> {
         self.senders.iter().find(|s| s.source() == source)
     }
@@ -328,10 +335,14 @@ impl Reconciler {
                 cancel,
                 progress,
             };
-            let result = if opts.dry_run {
-                self.dry_run(run).await
-            } else {
-                self.leased_run(run).await
+            let result = match self.book.is_paused(&source.name, &kind.name).await {
+                Ok(true) => {
+                    run.report.status = RunStatus::Paused;
+                    Ok(())
+                }
+                Ok(false) if opts.dry_run => self.dry_run(run).await,
+                Ok(false) => self.leased_run(run).await,
+                Err(e) => Err(RunError::from(e)),
             };
             if let Err(e) = result {
                 report.status = RunStatus::Failed {
@@ -346,7 +357,7 @@ impl Reconciler {
             let recorded = match &report.status {
                 RunStatus::Succeeded => Some("succeeded"),
                 RunStatus::Failed { .. } => Some("failed"),
-                RunStatus::Skipped { .. } => None,
+                RunStatus::Skipped { .. } | RunStatus::Paused => None,
             };
             if let (Some(status), false) = (recorded, opts.dry_run) {
                 crate::observability::record_run(
@@ -364,6 +375,11 @@ impl Reconciler {
                 RunStatus::Failed { error } => {
                     tracing::error!(source = source.name, kind = kind.name, error, counts = ?report.counts, "reconcile run failed; pages already applied stay applied")
                 }
+                RunStatus::Paused => tracing::info!(
+                    source = source.name,
+                    kind = kind.name,
+                    "reconcile run not started: the kind is paused (`reconcile resume` ends it)"
+                ),
                 RunStatus::Skipped {
                     lease_holder,
                     lease_expires_at,

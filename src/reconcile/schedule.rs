@@ -192,7 +192,19 @@ impl AccountsLoop {
                     }
                 }
             }
-            let free = self.slots.available_permits();
+            // A paused kind is not claimed: its account-kinds stay due (overdue in
+            // `status`) and run as soon as it is resumed.
+            let paused = self
+                .reconciler
+                .book()
+                .is_paused(&self.source, &self.kind)
+                .await
+                .unwrap_or(false);
+            let free = if paused {
+                0
+            } else {
+                self.slots.available_permits()
+            };
             let claimed = if free == 0 {
                 Vec::new()
             } else {
@@ -288,7 +300,7 @@ impl AccountsLoop {
         let (status, error) = match report.status {
             super::RunStatus::Succeeded => ("succeeded", None),
             super::RunStatus::Failed { error } => ("failed", Some(error)),
-            super::RunStatus::Skipped { .. } => ("skipped", None),
+            super::RunStatus::Skipped { .. } | super::RunStatus::Paused => ("skipped", None),
         };
         self.finish(registry, account, status, error).await;
     }

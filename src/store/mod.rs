@@ -22,7 +22,7 @@ use crate::db::{Conn, Db, DbError, DbTime};
 use crate::feed::outbox::{self, Outbox, Published};
 use group_commit::GroupCommit;
 use sql::{Claim, MAX_BATCH_ROWS};
-pub use sql::{SourceCount, StoredRow};
+pub use sql::{ClaimRow, DeadLetter, ResourceRow, SourceCount, StoredRow};
 
 pub use crate::change::Outcome;
 
@@ -250,11 +250,52 @@ impl Store {
         event_type: String,
         reason: String,
         body: String,
+        account_hint: Option<String>,
     ) -> Result<(), DbError> {
         self.db
             .write(move |conn| {
-                sql::record_dead_letter(conn, &source, &event_id, &event_type, &reason, &body)
+                sql::record_dead_letter(
+                    conn,
+                    &source,
+                    &event_id,
+                    &event_type,
+                    &reason,
+                    &body,
+                    account_hint.as_deref(),
+                )
             })
+            .await
+    }
+
+    /// Dead letters, oldest first (of `source`, or those with `ids`), at most `limit`.
+    pub async fn dead_letters(
+        &self,
+        source: Option<String>,
+        ids: Option<Vec<String>>,
+        limit: i64,
+    ) -> Result<Vec<DeadLetter>, DbError> {
+        self.db
+            .read(move |c| sql::dead_letters(c, source.as_deref(), ids.as_deref(), limit))
+            .await
+    }
+
+    /// One resource's row with its bookkeeping columns (`explain`).
+    pub async fn resource_row(&self, key: &ResourceKey) -> Result<Option<ResourceRow>, DbError> {
+        let key = key.clone();
+        self.db.read(move |c| sql::resource_row(c, &key)).await
+    }
+
+    /// The claims that named one resource, oldest first (`explain`).
+    pub async fn claims_of(&self, key: &ResourceKey, limit: i64) -> Result<Vec<ClaimRow>, DbError> {
+        let key = key.clone();
+        self.db.read(move |c| sql::claims_of(c, &key, limit)).await
+    }
+
+    /// Deletes a dead letter (applied at last, or discarded); whether it was there.
+    pub async fn delete_dead_letter(&self, source: &str, event_id: &str) -> Result<bool, DbError> {
+        let (s, e) = (source.to_string(), event_id.to_string());
+        self.db
+            .write(move |c| sql::delete_dead_letter(c, &s, &e))
             .await
     }
 }
@@ -283,6 +324,7 @@ fn apply_deliveries(
                 Outcome::Ignored
             },
             body_digest: d.body_digest.as_deref(),
+            resource: d.change.as_ref().map(|c| c.key()),
         })
         .collect();
     let taken = sql::claim_many(conn, &claims)?;

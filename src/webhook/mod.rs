@@ -133,6 +133,35 @@ impl Receiver {
                 .map(String::from);
         }
         let id = env.id.clone();
+        let outcome = self.ingest(env, body).await?;
+        Ok((outcome, id))
+    }
+
+    /// Runs a dead letter through the same ingest step as a delivery (mapping, claim,
+    /// guarded write, change feed), without a second signature check: it was verified
+    /// when it arrived. One that fails again is kept with the new reason (`Refusal`).
+    pub async fn replay(&self, dead: &crate::store::DeadLetter) -> Result<Outcome, Refusal> {
+        let doc: serde_json::Value = match serde_json::from_str(&dead.body) {
+            Ok(doc) => doc,
+            Err(e) => {
+                return Err(Refusal::Unprocessable {
+                    event_id: dead.event_id.clone(),
+                    event_type: dead.event_type.clone(),
+                    reason: format!("the kept body is not JSON: {e}"),
+                });
+            }
+        };
+        let env = envelope::Envelope {
+            id: dead.event_id.clone(),
+            event_type: dead.event_type.clone(),
+            doc,
+            account_hint: dead.account_hint.clone(),
+        };
+        self.ingest(env, dead.body.as_bytes()).await
+    }
+
+    /// Ingest, then the conflict or fetch it leaves for the resolver.
+    async fn ingest(&self, env: envelope::Envelope, body: &[u8]) -> Result<Outcome, Refusal> {
         // GitHub and Shopify sign the body, not the delivery id header: the claim covers
         // the body too, so a captured body replayed under fresh ids is a duplicate.
         let digest = matches!(self.scheme, Scheme::Github | Scheme::Shopify).then(|| {
@@ -150,6 +179,6 @@ impl Receiver {
                 crate::observability::conflicts_waiting(1);
             }
         }
-        Ok((outcome, id))
+        Ok(outcome)
     }
 }

@@ -10,6 +10,7 @@ mod helpers;
 mod accounts;
 mod cli;
 mod connect;
+mod day_to_day;
 mod demo;
 mod feed;
 mod github_app;

@@ -9,30 +9,27 @@ use crate::db::{Conn, on_conn};
 use crate::store::Outcome;
 
 /// The claim statement for `rows` events: `(source, event_id, event_type, outcome,
-/// body_digest)` per row; returns the `(source, event_id)` pairs this statement
+/// body_digest, account, kind, resource_id)` per row; returns the `(source, event_id)` pairs this statement
 /// claimed. No conflict target: an event id claimed before, or (github, shopify) a body
 /// claimed before under another id, is a duplicate alike.
 pub(crate) fn claim_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest) VALUES ",
+        "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest, account, kind, resource_id) VALUES ",
     );
     for r in 0..rows {
         if r > 0 {
             sql.push(',');
         }
-        let p = r * 5;
-        sql.push_str(&format!(
-            "(${}, ${}, ${}, ${}, ${})",
-            p + 1,
-            p + 2,
-            p + 3,
-            p + 4,
-            p + 5
-        ));
+        let p = r * CLAIM_COLUMNS;
+        let row: Vec<String> = (1..=CLAIM_COLUMNS).map(|i| format!("${}", p + i)).collect();
+        sql.push_str(&format!("({})", row.join(", ")));
     }
     sql.push_str(" ON CONFLICT DO NOTHING RETURNING source, event_id");
     sql
 }
+
+/// Values per claimed row.
+pub(crate) const CLAIM_COLUMNS: usize = 8;
 
 /// One event to claim, with the outcome recorded if the claim is taken.
 pub struct Claim<'a> {
@@ -42,6 +39,8 @@ pub struct Claim<'a> {
     pub outcome: Outcome,
     /// The signed body's SHA-256 (hex), for schemes that do not sign the id.
     pub body_digest: Option<&'a str>,
+    /// The resource the event maps to (`explain` finds its claims by it).
+    pub resource: Option<crate::change::ResourceKey<&'a str>>,
 }
 
 #[derive(diesel::QueryableByName)]
@@ -74,18 +73,33 @@ pub(crate) fn claim_many(
             let types: Vec<&str> = claims.iter().map(|c| c.event_type).collect();
             let outcomes: Vec<&str> = claims.iter().map(|c| c.outcome.as_str()).collect();
             let digests: Vec<Option<&str>> = claims.iter().map(|c| c.body_digest).collect();
+            let accounts: Vec<&str> = claims
+                .iter()
+                .map(|c| c.resource.as_ref().map_or("", |r| r.account))
+                .collect();
+            let kinds: Vec<Option<&str>> = claims
+                .iter()
+                .map(|c| c.resource.as_ref().map(|r| r.kind))
+                .collect();
+            let resource_ids: Vec<Option<&str>> = claims
+                .iter()
+                .map(|c| c.resource.as_ref().map(|r| r.id))
+                .collect();
             prepared(
                 query(
                     Backend::Postgres,
-                    "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest) \
-                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+                    "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest, account, kind, resource_id) \
+                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) \
                      ON CONFLICT DO NOTHING RETURNING source, event_id",
                 )
                 .bind::<Array<Text>, _>(sources)
                 .bind::<Array<Text>, _>(ids)
                 .bind::<Array<Text>, _>(types)
                 .bind::<Array<Text>, _>(outcomes)
-                .bind::<Array<Nullable<Text>>, _>(digests),
+                .bind::<Array<Nullable<Text>>, _>(digests)
+                .bind::<Array<Text>, _>(accounts)
+                .bind::<Array<Nullable<Text>>, _>(kinds)
+                .bind::<Array<Nullable<Text>>, _>(resource_ids),
             )
             .load(c)?
         }
@@ -97,7 +111,10 @@ pub(crate) fn claim_many(
                     .bind::<Text, _>(cl.event_id)
                     .bind::<Text, _>(cl.event_type)
                     .bind::<Text, _>(cl.outcome.as_str())
-                    .bind::<Nullable<Text>, _>(cl.body_digest);
+                    .bind::<Nullable<Text>, _>(cl.body_digest)
+                    .bind::<Text, _>(cl.resource.as_ref().map_or("", |r| r.account))
+                    .bind::<Nullable<Text>, _>(cl.resource.as_ref().map(|r| r.kind))
+                    .bind::<Nullable<Text>, _>(cl.resource.as_ref().map(|r| r.id));
             }
             q.load(c)?
         }
@@ -153,14 +170,15 @@ pub(crate) fn record_dead_letter(
     event_type: &str,
     reason: &str,
     body: &str,
+    account_hint: Option<&str>,
 ) -> diesel::QueryResult<()> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
-            "INSERT INTO dead_letters (source, event_id, event_type, reason, body) VALUES ($1, $2, $3, $4, $5) \
+            "INSERT INTO dead_letters (source, event_id, event_type, reason, body, account_hint) VALUES ($1, $2, $3, $4, $5, $6) \
              ON CONFLICT (source, event_id) DO UPDATE SET event_type = excluded.event_type, reason = excluded.reason, \
-             body = excluded.body, attempts = dead_letters.attempts + 1, last_seen_at = {}",
+             body = excluded.body, account_hint = excluded.account_hint, attempts = dead_letters.attempts + 1, last_seen_at = {}",
             now(b)
         ),
     );
@@ -170,8 +188,85 @@ pub(crate) fn record_dead_letter(
         .bind::<Text, _>(event_type)
         .bind::<Text, _>(reason)
         .bind::<Text, _>(body)
+        .bind::<Nullable<Text>, _>(account_hint)
         .execute(c))?;
     Ok(())
+}
+
+/// A kept delivery as `dead-letters list` shows it (the body only when asked for).
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct DeadLetter {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub event_id: String,
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+    #[diesel(sql_type = Text)]
+    pub reason: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Text)]
+    pub first_seen_at: String,
+    #[diesel(sql_type = Text)]
+    pub last_seen_at: String,
+    #[serde(skip)]
+    #[diesel(sql_type = Text)]
+    pub body: String,
+    #[serde(skip)]
+    #[diesel(sql_type = Nullable<Text>)]
+    pub account_hint: Option<String>,
+}
+
+/// Dead letters, oldest first: all of them (of `source`), or those with `ids`; at
+/// most `limit`.
+pub(crate) fn dead_letters(
+    conn: &mut Conn,
+    source: Option<&str>,
+    ids: Option<&[String]>,
+    limit: i64,
+) -> diesel::QueryResult<Vec<DeadLetter>> {
+    let b = conn.backend();
+    let mut sql = format!(
+        "SELECT source, event_id, event_type, reason, attempts, {}, {}, body, account_hint \
+         FROM dead_letters WHERE ($1 = '' OR source = $1)",
+        crate::db::sql::display_time(b, "first_seen_at") + " AS first_seen_at",
+        crate::db::sql::display_time(b, "last_seen_at") + " AS last_seen_at",
+    );
+    if let Some(ids) = ids {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        sql.push_str(&format!(
+            " AND event_id IN ({})",
+            crate::db::sql::in_list(3, ids.len())
+        ));
+    }
+    sql.push_str(" ORDER BY first_seen_at, source, event_id LIMIT $2");
+    let q = query(b, &sql);
+    on_conn!(conn, c => {
+        let mut q = q
+            .into_boxed()
+            .bind::<Text, _>(source.unwrap_or(""))
+            .bind::<BigInt, _>(limit);
+        for id in ids.unwrap_or_default() {
+            q = q.bind::<Text, _>(id.as_str());
+        }
+        q.load(c)
+    })
+}
+
+/// Deletes one dead letter; whether it was there.
+pub(crate) fn delete_dead_letter(
+    conn: &mut Conn,
+    source: &str,
+    event_id: &str,
+) -> diesel::QueryResult<bool> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM dead_letters WHERE source = $1 AND event_id = $2",
+    );
+    Ok(on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(event_id).execute(c))? > 0)
 }
 
 /// Deletes at most `limit` processed event ids of `source` older than `age_secs`,
@@ -233,4 +328,43 @@ pub(crate) fn dead_letter_counts(conn: &mut Conn) -> diesel::QueryResult<Vec<Sou
         "SELECT source, COUNT(*) AS count FROM dead_letters GROUP BY source",
     );
     on_conn!(conn, c => q.load(c))
+}
+
+/// A claimed event of one resource, as `explain` shows it.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct ClaimRow {
+    #[diesel(sql_type = Text)]
+    pub event_id: String,
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+    #[diesel(sql_type = Text)]
+    pub outcome: String,
+    #[diesel(sql_type = Text)]
+    pub processed_at: String,
+}
+
+/// The claims that named `key`'s resource, oldest first, at most `limit` (through
+/// `processed_events_resource_idx`).
+pub(crate) fn claims_of(
+    conn: &mut Conn,
+    key: &crate::change::ResourceKey,
+    limit: i64,
+) -> diesel::QueryResult<Vec<ClaimRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT event_id, event_type, outcome, {} AS processed_at FROM processed_events \
+             WHERE source = $1 AND account = $2 AND kind = $3 AND resource_id = $4 \
+             ORDER BY processed_at, event_id LIMIT $5",
+            crate::db::sql::ts_text(b, "processed_at")
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(key.id.as_str())
+        .bind::<BigInt, _>(limit)
+        .load(c))
 }

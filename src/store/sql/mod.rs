@@ -5,13 +5,13 @@
 mod events;
 mod resources;
 
-pub use events::SourceCount;
 pub(crate) use events::{
-    Claim, claim_many, claim_sql, dead_letter_counts, prune_dead_letters, prune_events,
-    record_dead_letter, set_event_outcomes,
+    Claim, claim_many, claim_sql, claims_of, dead_letter_counts, dead_letters, delete_dead_letter,
+    prune_dead_letters, prune_events, record_dead_letter, set_event_outcomes,
 };
-pub use resources::StoredRow;
+pub use events::{ClaimRow, DeadLetter, SourceCount};
 pub(crate) use resources::{
-    MAX_BATCH_ROWS, count_live, live_ids_before, purge_account, stored_rows,
+    MAX_BATCH_ROWS, count_live, live_ids_before, purge_account, resource_row, stored_rows,
     stored_rows_with_states, tombstone, tombstone_account, upsert_many, upsert_sql,
 };
+pub use resources::{ResourceRow, StoredRow};

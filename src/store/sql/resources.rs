@@ -427,3 +427,44 @@ pub(crate) fn purge_account(
     );
     on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
 }
+
+/// One resource row with its bookkeeping columns, as `explain` shows it.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct ResourceRow {
+    #[diesel(sql_type = BigInt)]
+    pub version: i64,
+    #[diesel(sql_type = Bool)]
+    pub deleted: bool,
+    /// The state as JSON text.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub state: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub origin: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_event_id: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub updated_at: String,
+}
+
+pub(crate) fn resource_row(
+    conn: &mut Conn,
+    key: &ResourceKey,
+) -> diesel::QueryResult<Option<ResourceRow>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT version, deleted, {} AS state, origin, last_event_id, {} AS updated_at FROM resources \
+             WHERE source = $1 AND account = $2 AND kind = $3 AND id = $4",
+            state_expr(b),
+            crate::db::sql::ts_text(b, "updated_at")
+        ),
+    );
+    let mut rows: Vec<ResourceRow> = on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(key.id.as_str())
+        .load(c))?;
+    Ok(rows.pop())
+}

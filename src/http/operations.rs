@@ -1,0 +1,244 @@
+//! `/admin/dead-letters`, `/admin/explain`, `/admin/consumers`, `/admin/reconcile`: the
+//! operator's commands over HTTP, behind `http.admin_token`, JSON in and out, over the
+//! same [`Operations`] as the command line. Retried dead letters go through the very
+//! receivers deliveries use, so their conflicts reach the running resolver.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use secrecy::SecretString;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::admin_refusal;
+use super::reply::{error_reply, json_reply, unavailable};
+use crate::operations::{OpError, Operations, Selection};
+
+/// The largest request body an operation reads.
+const MAX_BODY: usize = 1024 * 1024;
+
+#[derive(Clone)]
+struct Ops {
+    ops: Operations,
+    token: Option<SecretString>,
+}
+
+impl Ops {
+    fn refused(&self, headers: &HeaderMap) -> Option<Response> {
+        admin_refusal(self.token.as_ref(), headers)
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct SourceQuery {
+    source: Option<String>,
+    limit: Option<i64>,
+}
+
+#[derive(serde::Deserialize)]
+struct AccountQuery {
+    account: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewindBody {
+    to: i64,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    source: String,
+    kind: Option<String>,
+}
+
+pub(super) fn routes(ops: Operations, token: Option<SecretString>) -> Router {
+    Router::new()
+        .route("/admin/dead-letters", get(list_dead_letters))
+        .route("/admin/dead-letters/retry", post(retry))
+        .route("/admin/dead-letters/discard", post(discard))
+        .route("/admin/explain/{source}/{kind}/{id}", get(explain))
+        .route("/admin/consumers", get(consumers))
+        .route("/admin/consumers/{name}/rewind", post(rewind))
+        .route("/admin/consumers/{name}/pause", post(pause_consumer))
+        .route("/admin/consumers/{name}/resume", post(resume_consumer))
+        .route("/admin/reconcile/pause", post(pause_reconcile))
+        .route("/admin/reconcile/resume", post(resume_reconcile))
+        .with_state(Ops { ops, token })
+}
+
+/// The request's JSON body, or the answer that says what was expected.
+async fn body<T: DeserializeOwned>(body: Body, expected: &str) -> Result<T, Response> {
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return Err(error_reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("an operation's request body is at most {MAX_BODY} bytes"),
+        ));
+    };
+    serde_json::from_slice(&bytes)
+        .map_err(|e| error_reply(StatusCode::BAD_REQUEST, format!("expected {expected}: {e}")))
+}
+
+/// A refused or failed operation: the request's mistake is 400 (404 for something
+/// named that does not exist), the database's 503, never 500.
+fn refusal(e: &OpError) -> Response {
+    if e.not_found() {
+        error_reply(StatusCode::NOT_FOUND, e.to_string())
+    } else if e.caller_error() {
+        error_reply(StatusCode::BAD_REQUEST, e.to_string())
+    } else {
+        tracing::warn!(error = %e, "an operation failed");
+        unavailable("the database could not complete the operation; try again")
+    }
+}
+
+fn answer<T: serde::Serialize>(r: Result<T, OpError>, wrap: &str) -> Response {
+    match r {
+        Ok(v) => json_reply(StatusCode::OK, json!({ wrap: v })),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn list_dead_letters(
+    State(s): State<Ops>,
+    headers: HeaderMap,
+    q: Query<SourceQuery>,
+) -> Response {
+    if let Some(r) = s.refused(&headers) {
+        return r;
+    }
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    answer(
+        s.ops.dead_letters(q.source.as_deref(), limit).await,
+        "dead_letters",
+    )
+}
+
+const SELECTION: &str = r#"{"ids": [...], "source"?} or {"all": true, "source"?}"#;
+
+async fn retry(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
+    if let Some(r) = s.refused(&headers) {
+        return r;
+    }
+    match body::<Selection>(b, SELECTION).await {
+        Ok(sel) => answer(s.ops.retry_dead_letters(&sel).await, "results"),
+        Err(r) => r,
+    }
+}
+
+async fn discard(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
+    if let Some(r) = s.refused(&headers) {
+        return r;
+    }
+    match body::<Selection>(b, SELECTION).await {
+        Ok(sel) => answer(s.ops.discard_dead_letters(&sel).await, "results"),
+        Err(r) => r,
+    }
+}
+
+async fn explain(
+    State(s): State<Ops>,
+    headers: HeaderMap,
+    Path((source, kind, id)): Path<(String, String, String)>,
+    q: Query<AccountQuery>,
+) -> Response {
+    if let Some(r) = s.refused(&headers) {
+        return r;
+    }
+    match s
+        .ops
+        .explain(&source, &kind, &id, q.account.as_deref())
+        .await
+    {
+        Ok(x) => json_reply(StatusCode::OK, json!(x)),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn consumers(State(s): State<Ops>, headers: HeaderMap) -> Response {
+    if let Some(r) = s.refused(&headers) {
+        return r;
+    }
+    answer(s.ops.consumers().await, "consumers")
+}
+
+async fn rewind(
+    State(s): State<Ops>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    b: Body,
+) -> Response {
+    if let Some(r) = s.refused(&headers) {
+        return r;
+    }
+    let req = match body::<RewindBody>(b, r#"{"to": SEQ}"#).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match s.ops.rewind(&name, req.to).await {
+        Ok(from) => json_reply(
+            StatusCode::OK,
+            json!({"consumer": name, "from": from, "to": req.to}),
+        ),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn set_consumer(s: &Ops, headers: &HeaderMap, name: &str, paused: bool) -> Response {
+    if let Some(r) = s.refused(headers) {
+        return r;
+    }
+    match s.ops.set_consumer_paused(name, paused).await {
+        Ok(()) => json_reply(StatusCode::OK, json!({"consumer": name, "paused": paused})),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn pause_consumer(
+    State(s): State<Ops>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    set_consumer(&s, &headers, &name, true).await
+}
+
+async fn resume_consumer(
+    State(s): State<Ops>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    set_consumer(&s, &headers, &name, false).await
+}
+
+async fn set_reconcile(s: &Ops, headers: &HeaderMap, b: Body, paused: bool) -> Response {
+    if let Some(r) = s.refused(headers) {
+        return r;
+    }
+    let req = match body::<PauseBody>(b, r#"{"source", "kind"?}"#).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    match s
+        .ops
+        .set_reconcile_paused(&req.source, req.kind.as_deref(), paused)
+        .await
+    {
+        Ok(changed) => json_reply(
+            StatusCode::OK,
+            json!({"source": req.source, "kind": req.kind, "paused": paused, "changed": changed}),
+        ),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn pause_reconcile(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
+    set_reconcile(&s, &headers, b, true).await
+}
+
+async fn resume_reconcile(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
+    set_reconcile(&s, &headers, b, false).await
+}

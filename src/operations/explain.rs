@@ -1,0 +1,66 @@
+//! `explain`: one resource's story — its row, the events claimed for it, its changes
+//! and the reconcile runs that wrote it.
+
+use serde::Serialize;
+
+use super::{OpError, Operations};
+use crate::bookkeeping::RunRow;
+use crate::change::{Key, ResourceKey};
+use crate::feed::ResourceChange;
+use crate::store::{ClaimRow, ResourceRow};
+
+/// Most claims and changes shown (the newest are what a support ticket needs; the
+/// counts say when there are more).
+const LIMIT: i64 = 200;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    pub source: String,
+    pub account: String,
+    pub kind: String,
+    pub id: String,
+    /// `None`: no row (never written, or purged).
+    pub row: Option<ResourceRow>,
+    /// Events claimed for it, oldest first, with their outcome.
+    pub claims: Vec<ClaimRow>,
+    /// Its kept changes, in seq order (older ones may be pruned by `retention.changes`).
+    pub changes: Vec<ResourceChange>,
+    /// The reconcile runs that wrote a change of it.
+    pub runs: Vec<RunRow>,
+}
+
+impl Operations {
+    pub async fn explain(
+        &self,
+        source: &str,
+        kind: &str,
+        id: &str,
+        account: Option<&str>,
+    ) -> Result<Explanation, OpError> {
+        self.check_kind(source, kind)?;
+        let account = account.unwrap_or("");
+        let key = ResourceKey::new(source, account, kind, id).to_owned();
+        let row = self.store.resource_row(&key).await?;
+        let claims = self.store.claims_of(&key, LIMIT).await?;
+        let changes = self.feed.changes_of(&key, LIMIT).await?;
+        let runs_key = Key::new(source, kind).in_account(account);
+        let mut runs: Vec<RunRow> = Vec::new();
+        for c in changes.iter().filter(|c| c.origin == "reconcile") {
+            for r in self.book.runs_at(&runs_key, &c.changed_at).await? {
+                if !runs.iter().any(|known| known.started_at == r.started_at) {
+                    runs.push(r);
+                }
+            }
+        }
+        Ok(Explanation {
+            source: source.to_string(),
+            account: account.to_string(),
+            kind: kind.to_string(),
+            id: id.to_string(),
+            row,
+            claims,
+            changes,
+            runs,
+        })
+    }
+}

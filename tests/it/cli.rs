@@ -511,3 +511,26 @@ fn secret_new_prints_a_fresh_key_that_a_consumer_accepts() {
     assert!(!raw.starts_with("whsec_"));
     webhook_reconciler::accounts::credential::AccountsKey::from_base64(&raw).unwrap();
 }
+
+#[test]
+fn the_man_pages_and_completions_include_the_operators_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["man", "--dir", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    for page in [
+        "webhook-reconciler-dead-letters-retry.1",
+        "webhook-reconciler-explain.1",
+        "webhook-reconciler-consumers-rewind.1",
+        "webhook-reconciler-reconcile-pause.1",
+    ] {
+        assert!(dir.path().join(page).exists(), "{page}");
+    }
+    let out = bin().args(["completions", "bash"]).output().unwrap();
+    let script = String::from_utf8_lossy(&out.stdout);
+    for word in ["dead-letters", "explain", "consumers", "rewind", "pause", "resume"] {
+        assert!(script.contains(word), "{word}");
+    }
+}

@@ -187,20 +187,31 @@ pub(crate) fn claim_due(
     limit: i64,
 ) -> diesel::QueryResult<Vec<String>> {
     let b = conn.backend();
-    let lock = match b {
-        crate::config::Backend::Postgres => " FOR UPDATE OF r SKIP LOCKED",
-        crate::config::Backend::Sqlite => "",
+    // PostgreSQL: the claimed rows are locked, so their ctids are stable until commit and
+    // the update reaches them by TID (joined by account instead, it scanned the whole
+    // table: 1.5 ms a claim at 1,000 accounts).
+    let (lock, pick, matched) = match b {
+        crate::config::Backend::Postgres => (
+            " FOR UPDATE OF r SKIP LOCKED",
+            "r.ctid AS tid",
+            "ctid = ANY(ARRAY(SELECT tid FROM claimed))",
+        ),
+        crate::config::Backend::Sqlite => (
+            "",
+            "r.account",
+            "source = $1 AND kind = $2 AND account IN (SELECT account FROM claimed)",
+        ),
     };
     let q = query(
         b,
         &format!(
             "WITH claimed AS MATERIALIZED ( \
-               SELECT r.account FROM reconcile_due r \
+               SELECT {pick} FROM reconcile_due r \
                JOIN accounts a ON a.source = r.source AND a.account = r.account \
                WHERE r.source = $1 AND r.kind = $2 AND a.enabled = TRUE AND r.due_at <= {now} \
                ORDER BY r.due_at LIMIT $4{lock}) \
              UPDATE reconcile_due SET due_at = {next}, started_at = {now}, status = 'running', error = NULL \
-             WHERE source = $1 AND kind = $2 AND account IN (SELECT account FROM claimed) \
+             WHERE {matched} \
              RETURNING account AS v",
             next = ts_param(b, 3),
             now = now(b),

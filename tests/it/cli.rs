@@ -530,7 +530,14 @@ fn the_man_pages_and_completions_include_the_operators_commands() {
     }
     let out = bin().args(["completions", "bash"]).output().unwrap();
     let script = String::from_utf8_lossy(&out.stdout);
-    for word in ["dead-letters", "explain", "consumers", "rewind", "pause", "resume"] {
+    for word in [
+        "dead-letters",
+        "explain",
+        "consumers",
+        "rewind",
+        "pause",
+        "resume",
+    ] {
         assert!(script.contains(word), "{word}");
     }
 }

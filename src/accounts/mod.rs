@@ -181,6 +181,19 @@ impl Accounts {
             .await
     }
 
+    /// [`Self::finish_due`] as a statement of another owner's transaction (a run's end
+    /// recorded with its lease released, in one commit).
+    pub(crate) fn finish_due_in(
+        conn: &mut crate::db::Conn,
+        source: &str,
+        account: &str,
+        kind: &str,
+        status: &str,
+        error: Option<&str>,
+    ) -> diesel::QueryResult<()> {
+        sql::finish_due(conn, source, account, kind, status, error)
+    }
+
     /// Forgets a removed account's schedule.
     pub async fn forget_due(&self, source: &str, account: &str) -> Result<(), DbError> {
         let (s, a) = (source.to_string(), account.to_string());

@@ -279,16 +279,28 @@ impl Bookkeeping {
             .map(RunId)
     }
 
-    /// Records a run's end.
-    pub async fn finish_run(
+    /// Records a run's end and releases its lease, with `also` (the caller's own
+    /// bookkeeping of the run's end) in the same transaction: one commit instead of
+    /// three for every run.
+    pub async fn finish_and_release<F>(
         &self,
         run: RunId,
         status: RunState,
         counts: RunCounts,
         error: Option<String>,
-    ) -> Result<(), DbError> {
+        lease: &Key,
+        also: F,
+    ) -> Result<(), DbError>
+    where
+        F: FnOnce(&mut crate::db::Conn) -> diesel::QueryResult<()> + Send + 'static,
+    {
+        let (k, me) = (lease.clone(), self.holder.clone());
         self.db
-            .write(move |c| sql::update_run(c, run.0, status, &counts, error.as_deref()))
+            .write(move |c| {
+                sql::update_run(c, run.0, status, &counts, error.as_deref())?;
+                sql::release_lease(c, &k, &me)?;
+                also(c)
+            })
             .await
     }
 

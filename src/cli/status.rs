@@ -23,6 +23,8 @@ struct KindStatus {
 struct ConsumerStatus {
     consumer: String,
     position: i64,
+    /// Paused by an operator (`consumers pause`).
+    paused: bool,
     #[serde(flatten)]
     lag: Lag,
 }
@@ -32,6 +34,8 @@ struct Status {
     kinds: Vec<KindStatus>,
     consumers: Vec<ConsumerStatus>,
     dead_letters: Vec<SourceCount>,
+    /// Kinds an operator paused (`reconcile pause`; kind `""`: the whole source).
+    paused: Vec<crate::bookkeeping::PausedRow>,
     last_prune: Option<PruneRow>,
     /// Many-account sources: account-kinds by state, and the most overdue by name.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,12 +67,15 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let feed = Feed::new(db.clone());
     let mut consumers = Vec::new();
     for c in &config.consumers {
+        let (position, paused) = feed.state(&c.name).await?;
         consumers.push(ConsumerStatus {
             consumer: c.name.clone(),
-            position: feed.position(&c.name).await?,
+            position,
+            paused,
             lag: feed.lag(c).await?,
         });
     }
+    let paused = book.pauses().await?;
     let accounts = if config.sources.iter().any(|s| s.accounts.is_some()) {
         let registry = crate::accounts::Accounts::new(db.clone());
         Some(AccountsStatus {
@@ -84,6 +91,7 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         kinds,
         consumers,
         dead_letters,
+        paused,
         last_prune,
         accounts,
     };
@@ -128,10 +136,31 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             println!("  last error: {error}");
         }
     }
+    for p in &st.paused {
+        let what = if p.kind.is_empty() {
+            format!("{} (every kind)", p.source)
+        } else {
+            format!("{}/{}", p.source, p.kind)
+        };
+        let resume = format!(
+            "webhook-reconciler reconcile resume {} {}",
+            p.source, p.kind
+        );
+        println!(
+            "paused: {what} since {} (`{}` ends it)",
+            p.paused_at,
+            resume.trim_end()
+        );
+    }
     for c in &st.consumers {
         println!(
-            "consumer {}: at seq {}, {} change(s) waiting{}",
+            "consumer {}{}: at seq {}, {} change(s) waiting{}",
             c.consumer,
+            if c.paused {
+                " (PAUSED: `consumers resume` ends it)"
+            } else {
+                ""
+            },
             c.position,
             c.lag.waiting,
             if c.lag.waiting > 0 {
@@ -149,8 +178,8 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     } else {
         for d in &st.dead_letters {
             println!(
-                "dead letters: {} waiting for source {} (see the dead_letters table)",
-                d.count, d.source
+                "dead letters: {} waiting for source {} (`webhook-reconciler dead-letters list --source {}`)",
+                d.count, d.source, d.source
             );
         }
     }

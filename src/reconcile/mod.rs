@@ -82,6 +82,32 @@ pub struct KindReport {
     /// The first listed items that were skipped: URL, index, id and reason.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// Where the run's time went, stage by stage.
+    pub stages: StageSeconds,
+    /// With `RunOptions::scheduled`: the end was recorded in `reconcile_due` already.
+    #[serde(skip)]
+    pub due_recorded: bool,
+}
+
+/// Seconds each stage of a sweep was busy. The stages overlap (the fetcher, the reader
+/// and the writer run side by side), so they add up to more than the run's time; the
+/// writer's waiting is the time it had nothing to write (fetch or read behind).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StageSeconds {
+    /// Requests to the sender, until the whole page was received (retries included).
+    pub fetch: f64,
+    /// The page's JSON into items.
+    pub parse_page: f64,
+    /// Items into changes (ids, versions, states, digests).
+    pub read_items: f64,
+    /// The local rows of a page's ids.
+    pub local_read: f64,
+    /// Listed against local, page by page.
+    pub compare: f64,
+    /// The drift's guarded write with the page's bookkeeping, commit included.
+    pub write: f64,
+    /// The writer waiting for the next read page.
+    pub writer_waiting: f64,
 }
 
 /// Options of one run.
@@ -93,6 +119,9 @@ pub struct RunOptions {
     pub wait: bool,
     /// Let deletion detection tombstone more than the kind's `max_delete_fraction`.
     pub allow_mass_delete: bool,
+    /// Claimed from `reconcile_due` (a many-account source's scheduler): the run's end
+    /// is recorded there too, with the run's own (see `KindReport::due_recorded`).
+    pub scheduled: bool,
 }
 
 /// Why a run failed.
@@ -325,6 +354,8 @@ impl Reconciler {
                 would_change: Vec::new(),
                 would_tombstone: Vec::new(),
                 skipped: Vec::new(),
+                stages: StageSeconds::default(),
+                due_recorded: false,
             };
             let run = sweep::Run {
                 source,

@@ -292,11 +292,17 @@ impl AccountsLoop {
                 &s,
                 &k,
                 account,
-                &RunOptions::default(),
+                &RunOptions {
+                    scheduled: true,
+                    ..RunOptions::default()
+                },
                 &self.cancel,
                 &|_| {},
             )
             .await;
+        if report.due_recorded {
+            return;
+        }
         let (status, error) = match report.status {
             super::RunStatus::Succeeded => ("succeeded", None),
             super::RunStatus::Failed { error } => ("failed", Some(error)),

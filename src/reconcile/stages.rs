@@ -45,11 +45,14 @@ pub(super) async fn read_page(
     key: &Key,
     kind: &KindConfig,
     mut page: crate::sender::Page,
-) -> Result<(crate::sender::Page, Vec<ReadItem>, Vec<StoredRow>), RunError> {
+) -> Result<ReadPage, RunError> {
     if kind.listing == Listing::Events {
-        return Ok((page, Vec::new(), Vec::new()));
+        return Ok((page, Vec::new(), Vec::new(), (0.0, 0.0)));
     }
+    let started = std::time::Instant::now();
     let read = read_items(key, kind, std::mem::take(&mut page.items), page.date);
+    let read_seconds = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
     let ids: Vec<String> = read
         .iter()
         .filter_map(|r| match r {
@@ -58,8 +61,22 @@ pub(super) async fn read_page(
         })
         .collect();
     let local = store.stored_rows(key, ids).await?;
-    Ok((page, read, local))
+    Ok((
+        page,
+        read,
+        local,
+        (read_seconds, started.elapsed().as_secs_f64()),
+    ))
 }
+
+/// A page as the reader hands it to the writer: its items read, their local rows, and
+/// the seconds the reading of items and of local rows took.
+pub(super) type ReadPage = (
+    crate::sender::Page,
+    Vec<ReadItem>,
+    Vec<StoredRow>,
+    (f64, f64),
+);
 
 /// A listed item, read by the reader stage.
 pub(super) enum ReadItem {

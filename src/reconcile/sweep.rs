@@ -3,6 +3,7 @@
 //! writes what differs together with the page's bookkeeping.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -79,17 +80,25 @@ impl Reconciler {
         // Renews the lease while the run waits on the sender or the database; every
         // write is fenced on the lease besides.
         let heartbeat = self.book.keep_alive(&key, ttl);
-        let result = self.recorded_run(&mut run).await;
-        drop(heartbeat);
+        let mut released = false;
+        let result = self.recorded_run(&mut run, heartbeat, &mut released).await;
         // Best effort: if the database is gone the lease expires by itself.
-        if let Err(e) = self.book.release_lease(&key).await {
-            tracing::warn!(error = %e, "could not release the reconcile lease");
+        if !released {
+            if let Err(e) = self.book.release_lease(&key).await {
+                tracing::warn!(error = %e, "could not release the reconcile lease");
+            }
         }
         result
     }
 
-    /// A leased run with its `reconcile_runs` row.
-    async fn recorded_run(&self, run: &mut Run<'_>) -> Result<(), RunError> {
+    /// A leased run with its `reconcile_runs` row; its end recorded with the lease
+    /// released (`released`), the heartbeat stopped first.
+    async fn recorded_run(
+        &self,
+        run: &mut Run<'_>,
+        heartbeat: AbortOnDropHandle<()>,
+        released: &mut bool,
+    ) -> Result<(), RunError> {
         let (source, kind) = (run.source, run.kind);
         let plan = self.plan(source, kind, &run.key(), false).await?;
         let run_id = self.book.start_run(&run.key(), plan.mode).await?;
@@ -114,13 +123,36 @@ impl Reconciler {
             Err(e) => (RunState::Failed, Some(e.to_string())),
         };
         // Best effort: if the database is gone, the run stays `running` and the next
-        // run of the kind marks it abandoned.
-        if let Err(e) = self
-            .book
-            .finish_run(run_id, status, run.report.counts, error)
-            .await
-        {
-            tracing::warn!(error = %e, "could not record the end of the reconcile run");
+        // run of the kind marks it abandoned; the lease expires by itself.
+        drop(heartbeat);
+        let key = run.key();
+        let due = run.opts.scheduled.then(|| {
+            let (s, a, k) = (key.source.clone(), key.account.clone(), key.kind.clone());
+            let (due_status, due_error) = match &error {
+                None => ("succeeded", None),
+                Some(e) => ("failed", Some(e.clone())),
+            };
+            (s, a, k, due_status, due_error)
+        });
+        let recorded =
+            self.book
+                .finish_and_release(run_id, status, run.report.counts, error, &key, move |c| {
+                    match &due {
+                        Some((s, a, k, st, e)) => {
+                            crate::accounts::Accounts::finish_due_in(c, s, a, k, st, e.as_deref())
+                        }
+                        None => Ok(()),
+                    }
+                })
+                .await;
+        match recorded {
+            Ok(()) => {
+                *released = true;
+                run.report.due_recorded = run.opts.scheduled;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not record the end of the reconcile run")
+            }
         }
         result
     }
@@ -198,11 +230,18 @@ impl Reconciler {
                     pages: run.report.counts.pages,
                 });
             }
+            let waiting = Instant::now();
             let Some(read) = read_rx.recv().await else {
                 break;
             };
             let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
-            let (page, read, local) = read?;
+            let (page, read, local, (read_items, local_read)) = read?;
+            let stages = &mut run.report.stages;
+            stages.writer_waiting += waiting.elapsed().as_secs_f64();
+            stages.fetch += page.fetch_seconds;
+            stages.parse_page += page.parse_seconds;
+            stages.read_items += read_items;
+            stages.local_read += local_read;
             at = page.next.clone();
             match &mut pages {
                 Pages::Events => {
@@ -351,8 +390,10 @@ impl Reconciler {
         // The counts become the run's only once the page is committed.
         let mut counts = run.report.counts;
         let fetch_time = run.kind.by_fetch_time();
+        let started = Instant::now();
         let compare::Verdicts { write, ambiguous } =
             compare::compare_page(&changes, &local, fetch_time, &mut counts);
+        run.report.stages.compare += started.elapsed().as_secs_f64();
         let guard = compare::guard_for(fetch_time);
         counts.pages += 1;
         let ambiguous: Vec<String> = ambiguous.iter().map(|i| changes[*i].id.clone()).collect();
@@ -381,11 +422,13 @@ impl Reconciler {
             self.book
                 .page_mark(run_id, fence, resume_at.clone(), counts)
         };
-        match self
+        let started = Instant::now();
+        let applied = self
             .store
             .apply_page(batch.clone(), guard, mark(counts))
-            .await
-        {
+            .await;
+        run.report.stages.write += started.elapsed().as_secs_f64();
+        match applied {
             Ok(written) => {
                 counts.applied += written? as i64;
                 run.report.counts = counts;

@@ -332,16 +332,21 @@ impl Sender {
         filter: Option<(&str, &str)>,
     ) -> Result<Page, SenderError> {
         let url = self.page_url(kind, at, filter)?;
+        let started = std::time::Instant::now();
         let fetched = self.get(&url).await?.ok_or_else(|| SenderError::Refused {
             url: url.to_string(),
             reason: "404 Not Found: check the kind's list path".into(),
         })?;
+        let fetch_seconds = started.elapsed().as_secs_f64();
+        let started = std::time::Instant::now();
         let links: Vec<&str> = fetched.links.iter().map(String::as_str).collect();
         let bad = |reason: String| SenderError::BadPage {
             url: url.to_string(),
             reason,
         };
         let mut page = page::parse_page(kind, url.as_str(), &fetched.body, &links).map_err(bad)?;
+        page.fetch_seconds = fetch_seconds;
+        page.parse_seconds = started.elapsed().as_secs_f64();
         if kind.by_fetch_time() {
             page.date = Some(response_date(fetched.date.as_deref()).map_err(bad)?);
         }

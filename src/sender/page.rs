@@ -51,6 +51,10 @@ pub struct Page {
     pub next: Option<Next>,
     /// The response's `Date` in microseconds, read for kinds versioned by it.
     pub date: Option<i64>,
+    /// Seconds spent fetching it (retries and waits for the request budget included),
+    /// and parsing its JSON.
+    pub fetch_seconds: f64,
+    pub parse_seconds: f64,
 }
 
 /// Reads a page body fetched from `url`. `links` are the response's `Link` header
@@ -96,6 +100,8 @@ pub fn parse_page(
         },
     };
     Ok(Page {
+        fetch_seconds: 0.0,
+        parse_seconds: 0.0,
         url: url.to_string(),
         items,
         next,

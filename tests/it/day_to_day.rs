@@ -340,6 +340,8 @@ async fn a_paused_kind_is_skipped_by_the_one_shot_and_by_serve_until_resumed(b: 
     let (code, out, err) = cli(&dir, &toml, &["reconcile", "pause", "shop", "order"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("shop/order: paused"), "{out}");
+    let (_, shown, _) = cli(&dir, &toml, &["status"]);
+    assert!(shown.contains("paused: shop/order since"), "{shown}");
 
     // The one-shot command: `paused` in its report, exit 0, nothing requested for it.
     let (code, out, err) = cli(&dir, &toml, &["reconcile", "--json"]);

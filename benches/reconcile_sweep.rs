@@ -174,6 +174,8 @@ struct Run {
     sender_cpu: f64,
     wall: f64,
     ok: bool,
+    /// `reconcile --json`'s per-stage seconds.
+    stages: serde_json::Value,
 }
 
 /// Runs `reconcile --json`; the peak RSS comes from GNU time (`wait4`'s `ru_maxrss`)
@@ -225,6 +227,7 @@ fn reconcile(cfg: &std::path::Path, dir: &std::path::Path, sender_pid: u32) -> R
         sender_cpu: after.1 - before.1,
         wall,
         ok: out.status.success(),
+        stages: r["stages"].clone(),
     }
 }
 
@@ -290,10 +293,63 @@ fn wrong_rows(db: &mut Db, n: u64) -> i64 {
     (count - n as i64).abs() + wrong_version
 }
 
-/// PostgreSQL alone doing the reconcile's per-page SQL work over pages `[0, n)` in
-/// steps of 1,000, `clients` connections each taking every `clients`-th page: read the
-/// page's rows by id (as `store::sql::stored_rows` does), then one transaction upserting
-/// its drifted rows (every 100th) at `version`. Returns items/s.
+/// The change feed's publish step, as the product runs it last in every transaction that
+/// wrote `resources` (`feed::sql::publish_changes`): numbered under `change_seq`'s lock,
+/// moved from `change_pending` (filled by the trigger on `resources`) into `changes`.
+const PUBLISH: [&str; 2] = [
+    "UPDATE change_seq SET last = last + p.n \
+     FROM (SELECT COUNT(*) AS n FROM change_pending WHERE txid = txid_current()) AS p \
+     WHERE p.n > 0",
+    "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
+     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id) \
+     INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
+     SELECT (SELECT last FROM change_seq) - (SELECT COUNT(*) FROM moved) + ROW_NUMBER() OVER (ORDER BY pending_id), \
+     source, account, kind, id, version, deleted, state, origin, event_id FROM moved",
+];
+
+/// The page's checkpoint, as the product moves it with every page.
+const CHECKPOINT: &str = "INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at, account) \
+     VALUES ('bench', 'item', $1, now(), '') ON CONFLICT (source, account, kind) DO UPDATE SET \
+     position = excluded.position, sweep_started_at = excluded.sweep_started_at, updated_at = now()";
+
+/// One transaction writing `ids` at `version` the way the product's guarded write does
+/// (every column, the digest, the version guard; the trigger fills the feed), then the
+/// feed's publish step and the page's checkpoint.
+fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64) {
+    c.transaction::<_, diesel::result::Error, _>(|c| {
+        let id: Vec<String> = ids.iter().map(|i| Generated::id_of(*i)).collect();
+        let state: Vec<String> = ids
+            .iter()
+            .map(|i| Generated::item(*i, version).to_string())
+            .collect();
+        diesel::sql_query(
+            "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest) \
+             SELECT 'bench', '', 'item', i, $2, s::jsonb, false, 'reconcile', NULL, 42 FROM unnest($1::text[], $3::text[]) AS t(i, s) \
+             ON CONFLICT (source, account, kind, id) DO UPDATE SET version = excluded.version, state = excluded.state, \
+             state_digest = excluded.state_digest, deleted = excluded.deleted, origin = excluded.origin, \
+             last_event_id = excluded.last_event_id, updated_at = now() WHERE resources.version < excluded.version",
+        )
+        .bind::<diesel::sql_types::Array<Text>, _>(&id)
+        .bind::<BigInt, _>(version)
+        .bind::<diesel::sql_types::Array<Text>, _>(&state)
+        .execute(c)?;
+        for sql in PUBLISH {
+            diesel::sql_query(sql).execute(c)?;
+        }
+        diesel::sql_query(CHECKPOINT)
+            .bind::<Text, _>(format!("page-{page}"))
+            .execute(c)?;
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// PostgreSQL alone doing the least SQL that does a drift sweep's job over pages
+/// `[0, n)` of 1,000, `clients` connections each taking every `clients`-th page: read
+/// the versions and digests of the page's ids (what the compare needs: the product
+/// reads no state since the digest column), then one transaction upserting the page's
+/// drifted rows (every 100th) at `version`, publishing their changes and moving the
+/// checkpoint. Returns items/s.
 fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
     #[derive(diesel::QueryableByName)]
     #[allow(dead_code)]
@@ -302,8 +358,10 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
         id: String,
         #[diesel(sql_type = BigInt)]
         version: i64,
-        #[diesel(sql_type = Text)]
-        state: String,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        deleted: bool,
+        #[diesel(sql_type = diesel::sql_types::Nullable<BigInt>)]
+        state_digest: Option<i64>,
     }
     let started = Instant::now();
     std::thread::scope(|s| {
@@ -315,42 +373,39 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
                     let first = page * PAGE_SIZE;
                     let last = (first + PAGE_SIZE).min(n);
                     let ids: Vec<String> = (first..last).map(Generated::id_of).collect();
-                    let placeholders: Vec<String> =
-                        (0..ids.len()).map(|i| format!("${}", i + 3)).collect();
-                    let sql = format!(
-                        "SELECT id, version, state::text AS state FROM resources WHERE source = $1 AND account = '' AND kind = $2 AND id IN ({})",
-                        placeholders.join(",")
-                    );
-                    let mut q = diesel::sql_query(sql)
-                        .into_boxed()
-                        .bind::<Text, _>("bench")
-                        .bind::<Text, _>("item");
-                    for id in &ids {
-                        q = q.bind::<Text, _>(id.clone());
-                    }
-                    let rows: Vec<Row> = q.load(&mut c).unwrap();
+                    let rows: Vec<Row> = diesel::sql_query(
+                        "SELECT id, version, deleted, state_digest FROM resources \
+                         WHERE source = 'bench' AND account = '' AND kind = 'item' AND id = ANY($1)",
+                    )
+                    .bind::<diesel::sql_types::Array<Text>, _>(&ids)
+                    .load(&mut c)
+                    .unwrap();
                     assert!(rows.len() as u64 >= (last - first) * 99 / 100);
                     let drifted: Vec<u64> = (first..last).filter(|i| i % 100 == 0).collect();
-                    let values: Vec<String> = (0..drifted.len())
-                        .map(|r| format!("('bench', 'item', ${}, {version}, ${}::jsonb, 'reconcile')", 2 * r + 1, 2 * r + 2))
-                        .collect();
-                    let sql = format!(
-                        "INSERT INTO resources (source, kind, id, version, state, origin) VALUES {} \
-                         ON CONFLICT (source, account, kind, id) DO UPDATE SET version = excluded.version, state = excluded.state, \
-                         origin = excluded.origin, updated_at = now() WHERE resources.version < excluded.version",
-                        values.join(",")
-                    );
-                    c.transaction::<_, diesel::result::Error, _>(|c| {
-                        let mut q = diesel::sql_query(sql).into_boxed();
-                        for i in &drifted {
-                            q = q
-                                .bind::<Text, _>(Generated::id_of(*i))
-                                .bind::<Text, _>(Generated::item(*i, version).to_string());
-                        }
-                        q.execute(c)?;
-                        Ok(())
-                    })
-                    .unwrap();
+                    guarded_page_write(&mut c, &drifted, version, page);
+                    page += clients;
+                }
+            });
+        }
+    });
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// PostgreSQL alone doing a first sync's job into the empty table: each page of 1,000
+/// (every row missing: the read finds none) written in one transaction as
+/// [`guarded_page_write`] does, feed included. Returns items/s.
+fn pg_alone_load(url: &str, n: u64, clients: u64) -> f64 {
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for client in 0..clients {
+            s.spawn(move || {
+                let mut c = PgConnection::establish(url).unwrap();
+                let mut page = client;
+                while page * PAGE_SIZE < n {
+                    let first = page * PAGE_SIZE;
+                    let last = (first + PAGE_SIZE).min(n);
+                    let ids: Vec<u64> = (first..last).collect();
+                    guarded_page_write(&mut c, &ids, 1, page);
                     page += clients;
                 }
             });
@@ -453,6 +508,22 @@ fn print_statements(db: &mut Db) {
     for t in rows {
         println!("  {t}");
     }
+}
+
+/// Where a run's time went, stage by stage (busy seconds; the stages overlap).
+fn stage_split(run: &Run) -> String {
+    let s = |k: &str| run.stages[k].as_f64().unwrap_or(f64::NAN);
+    format!(
+        "stages over {:.2}s (busy seconds, the three stages overlap): fetcher: sender {:.2}s + parse {:.2}s; reader: items {:.2}s + local rows {:.2}s; writer: compare {:.2}s + write and commit {:.2}s + waiting for reads {:.2}s",
+        run.seconds,
+        s("fetch"),
+        s("parse_page"),
+        s("read_items"),
+        s("local_read"),
+        s("compare"),
+        s("write"),
+        s("writer_waiting"),
+    )
 }
 
 fn mib(kib: Option<u64>) -> String {
@@ -568,6 +639,24 @@ fn main() {
                 run.applied,
                 if right { "" } else { "  WRONG" },
             );
+            println!(
+                "{:<9} {:>9} items: initial load's {}",
+                "",
+                n,
+                stage_split(&load)
+            );
+            println!(
+                "{:<9} {:>9} items: initial load's {}",
+                "",
+                n,
+                cpu_split(&load)
+            );
+            println!(
+                "{:<9} {:>9} items: drift run's {}",
+                "",
+                n,
+                stage_split(&run)
+            );
             println!("{:<9} {:>9} items: drift run's {}", "", n, cpu_split(&run));
             if let Some(name) = &pg_name {
                 db.checkpoint();
@@ -578,11 +667,26 @@ fn main() {
                 let two = pg_alone(&url, n, 2, 4);
                 let busy = (machine_cpu_seconds() - busy) / started.elapsed().as_secs_f64();
                 println!(
-                    "{:<9} {:>9} items: PostgreSQL alone, same per-page SQL: {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients (2 clients kept {busy:.2} cores busy)",
+                    "{:<9} {:>9} items: PostgreSQL alone, the least SQL of a drift sweep (versions and digests of each page's ids; the drifted rows' guarded upsert, feed publish and checkpoint): {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients (2 clients kept {busy:.2} cores busy)",
                     "",
                     n,
                     100.0 * ours / one,
                     100.0 * ours / two
+                );
+                // The first sync's baseline, into the empty table again.
+                db.execute("TRUNCATE resources, changes, change_pending, reconcile_checkpoints");
+                db.checkpoint();
+                let load_one = pg_alone_load(&url, n, 1);
+                db.execute("TRUNCATE resources, changes, change_pending, reconcile_checkpoints");
+                db.checkpoint();
+                let load_two = pg_alone_load(&url, n, 2);
+                let loaded = load.scanned as f64 / load.seconds;
+                println!(
+                    "{:<9} {:>9} items: PostgreSQL alone, a first sync's pages (1,000 missing rows a transaction: guarded upsert, feed publish, checkpoint): {load_one:>7.0} items/s (1 client), {load_two:>7.0} items/s (2 clients); our initial load = {:.0}% of 1 client, {:.0}% of 2 clients",
+                    "",
+                    n,
+                    100.0 * loaded / load_one,
+                    100.0 * loaded / load_two
                 );
                 drop(db);
                 if let Ok(mut admin) = PgConnection::establish(&format!("{}/test", pg_server())) {

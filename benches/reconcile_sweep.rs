@@ -315,7 +315,7 @@ const CHECKPOINT: &str = "INSERT INTO reconcile_checkpoints (source, kind, posit
 /// One transaction writing `ids` at `version` the way the product's guarded write does
 /// (every column, the digest, the version guard; the trigger fills the feed), then the
 /// feed's publish step and the page's checkpoint.
-fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64) {
+fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64, feed: bool) {
     c.transaction::<_, diesel::result::Error, _>(|c| {
         let id: Vec<String> = ids.iter().map(|i| Generated::id_of(*i)).collect();
         let state: Vec<String> = ids
@@ -333,8 +333,10 @@ fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64
         .bind::<BigInt, _>(version)
         .bind::<diesel::sql_types::Array<Text>, _>(&state)
         .execute(c)?;
-        for sql in PUBLISH {
-            diesel::sql_query(sql).execute(c)?;
+        if feed {
+            for sql in PUBLISH {
+                diesel::sql_query(sql).execute(c)?;
+            }
         }
         diesel::sql_query(CHECKPOINT)
             .bind::<Text, _>(format!("page-{page}"))
@@ -382,7 +384,7 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
                     .unwrap();
                     assert!(rows.len() as u64 >= (last - first) * 99 / 100);
                     let drifted: Vec<u64> = (first..last).filter(|i| i % 100 == 0).collect();
-                    guarded_page_write(&mut c, &drifted, version, page);
+                    guarded_page_write(&mut c, &drifted, version, page, true);
                     page += clients;
                 }
             });
@@ -394,7 +396,7 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
 /// PostgreSQL alone doing a first sync's job into the empty table: each page of 1,000
 /// (every row missing: the read finds none) written in one transaction as
 /// [`guarded_page_write`] does, feed included. Returns items/s.
-fn pg_alone_load(url: &str, n: u64, clients: u64) -> f64 {
+fn pg_alone_load(url: &str, n: u64, clients: u64, feed: bool) -> f64 {
     let started = Instant::now();
     std::thread::scope(|s| {
         for client in 0..clients {
@@ -405,7 +407,7 @@ fn pg_alone_load(url: &str, n: u64, clients: u64) -> f64 {
                     let first = page * PAGE_SIZE;
                     let last = (first + PAGE_SIZE).min(n);
                     let ids: Vec<u64> = (first..last).collect();
-                    guarded_page_write(&mut c, &ids, 1, page);
+                    guarded_page_write(&mut c, &ids, 1, page, feed);
                     page += clients;
                 }
             });
@@ -676,10 +678,10 @@ fn main() {
                 // The first sync's baseline, into the empty table again.
                 db.execute("TRUNCATE resources, changes, change_pending, reconcile_checkpoints");
                 db.checkpoint();
-                let load_one = pg_alone_load(&url, n, 1);
+                let load_one = pg_alone_load(&url, n, 1, true);
                 db.execute("TRUNCATE resources, changes, change_pending, reconcile_checkpoints");
                 db.checkpoint();
-                let load_two = pg_alone_load(&url, n, 2);
+                let load_two = pg_alone_load(&url, n, 2, true);
                 let loaded = load.scanned as f64 / load.seconds;
                 println!(
                     "{:<9} {:>9} items: PostgreSQL alone, a first sync's pages (1,000 missing rows a transaction: guarded upsert, feed publish, checkpoint): {load_one:>7.0} items/s (1 client), {load_two:>7.0} items/s (2 clients); our initial load = {:.0}% of 1 client, {:.0}% of 2 clients",
@@ -687,6 +689,33 @@ fn main() {
                     n,
                     100.0 * loaded / load_one,
                     100.0 * loaded / load_two
+                );
+                // The change feed's own cost on a first sync, same build, same run: the
+                // trigger on `resources` disabled (the publish step then finds nothing
+                // to number and takes no lock), ours and PostgreSQL alone (which then
+                // skips its publish statements too).
+                let fresh = |db: &mut Db| {
+                    db.execute("TRUNCATE resources, changes, change_pending, reconcile_checkpoints, reconcile_runs, reconcile_state");
+                    db.checkpoint();
+                };
+                fresh(&mut db);
+                db.execute("ALTER TABLE resources DISABLE TRIGGER resources_record_change");
+                let bare = reconcile(&cfg, dir.path(), sender.child.id());
+                fresh(&mut db);
+                let bare_alone = pg_alone_load(&url, n, 1, false);
+                db.execute("ALTER TABLE resources ENABLE TRIGGER resources_record_change");
+                let bare_rate = bare.scanned as f64 / bare.seconds;
+                println!(
+                    "{:<9} {:>9} items: the change feed's cost on a first sync: ours {loaded:>7.0} items/s with it, {bare_rate:>7.0} without (the feed takes {:.0}% of the load's time){}; PostgreSQL alone (1 client) {load_one:>7.0} with, {bare_alone:>7.0} without ({:.0}%)",
+                    "",
+                    n,
+                    100.0 * (1.0 - loaded / bare_rate),
+                    if bare.ok && bare.applied == n {
+                        ""
+                    } else {
+                        "  WRONG"
+                    },
+                    100.0 * (1.0 - load_one / bare_alone),
                 );
                 drop(db);
                 if let Ok(mut admin) = PgConnection::establish(&format!("{}/test", pg_server())) {

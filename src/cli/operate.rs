@@ -15,11 +15,13 @@ use crate::operations::{OpError, Operations, Retried, Selection};
 pub enum DeadLettersAction {
     /// The kept deliveries, oldest first, with why each was not applied.
     List {
+        /// Only this source's.
         #[arg(long)]
         source: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 1000)]
         limit: i64,
+        /// Print machine-readable results on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -30,22 +32,28 @@ pub enum DeadLettersAction {
         /// Event ids (or --all).
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         ids: Vec<String>,
+        /// Every kept delivery (of --source).
         #[arg(long)]
         all: bool,
         /// The source, when an id is kept for two.
         #[arg(long)]
         source: Option<String>,
+        /// Print machine-readable results on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Delete kept deliveries without applying them.
     Discard {
+        /// Event ids (or --all).
         #[arg(required_unless_present = "all", conflicts_with = "all")]
         ids: Vec<String>,
+        /// Every kept delivery (of --source).
         #[arg(long)]
         all: bool,
+        /// The source, when an id is kept for two.
         #[arg(long)]
         source: Option<String>,
+        /// Print machine-readable results on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -55,6 +63,7 @@ pub enum DeadLettersAction {
 pub enum ConsumersAction {
     /// Each configured consumer: position, paused, changes waiting, skipped.
     List {
+        /// Print machine-readable results on stdout.
         #[arg(long)]
         json: bool,
     },

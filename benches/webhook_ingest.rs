@@ -13,6 +13,8 @@
 //!   cargo bench --bench webhook_ingest -- --backend postgres --events 20000
 //!
 //! Options: --backend postgres|sqlite|both, --events N (each delivered twice),
+//! --feed both (PostgreSQL: the same load again with the change feed's trigger disabled,
+//! what the feed costs on ingest),
 //! --orders K (the events are K orders' versions, reordered by the shuffle; default 0:
 //! every event a fresh refund),
 //! --concurrency C (default 32), --pool P (PostgreSQL connections, default 32),
@@ -46,6 +48,9 @@ struct Args {
     synchronous: Vec<&'static str>,
     /// 0: every event is a fresh refund; N: the events are versions of N orders.
     orders: usize,
+    /// PostgreSQL: also run the same load with the change feed's trigger disabled, to
+    /// measure what the feed costs on ingest (same build, same invocation).
+    feed_both: bool,
 }
 
 fn args() -> Args {
@@ -57,6 +62,7 @@ fn args() -> Args {
         pgbench_seconds: 15,
         synchronous: vec!["full"],
         orders: 0,
+        feed_both: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -93,6 +99,10 @@ fn args() -> Args {
             }
             "--orders" => {
                 a.orders = val().parse().expect("--orders N");
+                i += 1;
+            }
+            "--feed" => {
+                a.feed_both = val() == "both";
                 i += 1;
             }
             "--pgbench-seconds" => {
@@ -506,19 +516,31 @@ fn main() {
                 (url, None, Some(dir))
             }
         };
-        let (run, cpu, groups) = rt.block_on(async {
-            let app = Application::build(config(&url, a.pool, synchronous))
-                .await
-                .unwrap();
-            let addr = app.local_addr();
-            let server = tokio::spawn(app.run_until(std::future::pending()));
-            let before = (postgres_cpu_seconds(), own_cpu_seconds());
-            let run = drive(addr, a.events, a.orders, a.concurrency).await;
-            let after = (postgres_cpu_seconds(), own_cpu_seconds());
-            let groups = group_sizes(addr).await;
-            server.abort();
-            (run, (after.0 - before.0, after.1 - before.1), groups)
-        });
+        let http_run = |url: &str, without_feed: bool| {
+            rt.block_on(async {
+                let app = Application::build(config(url, a.pool, synchronous))
+                    .await
+                    .unwrap();
+                if without_feed {
+                    // Migrated by the build; no delivery has come in yet.
+                    PgConnection::establish(url)
+                        .unwrap()
+                        .batch_execute(
+                            "ALTER TABLE resources DISABLE TRIGGER resources_record_change",
+                        )
+                        .unwrap();
+                }
+                let addr = app.local_addr();
+                let server = tokio::spawn(app.run_until(std::future::pending()));
+                let before = (postgres_cpu_seconds(), own_cpu_seconds());
+                let run = drive(addr, a.events, a.orders, a.concurrency).await;
+                let after = (postgres_cpu_seconds(), own_cpu_seconds());
+                let groups = group_sizes(addr).await;
+                server.abort();
+                (run, (after.0 - before.0, after.1 - before.1), groups)
+            })
+        };
+        let (run, cpu, groups) = http_run(&url, false);
         let rows = count(backend, &url, "SELECT COUNT(*) AS n FROM resources");
         let claims = count(backend, &url, "SELECT COUNT(*) AS n FROM processed_events");
         // At most once as well as at least once, in the database: one claim per event,
@@ -587,6 +609,18 @@ fn main() {
                 1000.0 * cpu.0 / run.deliveries as f64,
                 1000.0 * cpu.1 / run.deliveries as f64
             );
+            if a.feed_both {
+                let (bare_url, bare_name) = fresh_pg_db("nofeed");
+                let (bare, bare_cpu, _) = http_run(&bare_url, true);
+                let changes = count(backend, &bare_url, "SELECT COUNT(*) AS n FROM changes");
+                let bare_rate = bare.deliveries as f64 / bare.seconds;
+                println!(
+                    "          the change feed's cost on ingest (the same load, its trigger disabled: {changes} changes written): {bare_rate:.0} deliveries/s without it against {rate:.0} with it; CPU per delivery without it: PostgreSQL {:.3} ms, this process {:.3} ms",
+                    1000.0 * bare_cpu.0 / bare.deliveries as f64,
+                    1000.0 * bare_cpu.1 / bare.deliveries as f64
+                );
+                drop_pg_db(&bare_name);
+            }
         }
         if let (Some(name), true) = (&pg_name, a.orders > 0) {
             // The pgbench scripts write fresh refunds; there is none for the orders mix.

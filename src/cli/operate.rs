@@ -28,35 +28,38 @@ pub enum DeadLettersAction {
     /// Run kept deliveries again through mapping, claim and guarded write (no second
     /// signature check: each was authenticated when it arrived). One that now goes
     /// through leaves the list; one that fails again stays with the new reason.
-    Retry {
-        /// Event ids (or --all).
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        ids: Vec<String>,
-        /// Every kept delivery (of --source).
-        #[arg(long)]
-        all: bool,
-        /// The source, when an id is kept for two.
-        #[arg(long)]
-        source: Option<String>,
-        /// Print machine-readable results on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Retry(Selected),
     /// Delete kept deliveries without applying them.
-    Discard {
-        /// Event ids (or --all).
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        ids: Vec<String>,
-        /// Every kept delivery (of --source).
-        #[arg(long)]
-        all: bool,
-        /// The source, when an id is kept for two.
-        #[arg(long)]
-        source: Option<String>,
-        /// Print machine-readable results on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Discard(Selected),
+}
+
+/// The dead letters `retry` and `discard` act on.
+#[derive(Debug, clap::Args)]
+pub struct Selected {
+    /// Event ids (or --all).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    ids: Vec<String>,
+    /// Every kept delivery (of --source).
+    #[arg(long)]
+    all: bool,
+    /// The source, when an id is kept for two.
+    #[arg(long)]
+    source: Option<String>,
+    /// Print machine-readable results on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Selected {
+    fn selection(self) -> (Selection, bool) {
+        let json = self.json;
+        let sel = Selection {
+            ids: self.ids,
+            all: self.all,
+            source: self.source,
+        };
+        (sel, json)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,25 +143,15 @@ pub async fn dead_letters(config: &Config, action: DeadLettersAction) -> anyhow:
             }
             Ok(ExitCode::SUCCESS)
         }
-        DeadLettersAction::Retry {
-            ids,
-            all,
-            source,
-            json,
-        } => {
-            let sel = Selection { ids, all, source };
+        DeadLettersAction::Retry(selected) => {
+            let (sel, json) = selected.selection();
             match ops.retry_dead_letters(&sel).await {
                 Ok(done) => print_results(&done, json, "retried"),
                 Err(e) => Ok(refused(&e)),
             }
         }
-        DeadLettersAction::Discard {
-            ids,
-            all,
-            source,
-            json,
-        } => {
-            let sel = Selection { ids, all, source };
+        DeadLettersAction::Discard(selected) => {
+            let (sel, json) = selected.selection();
             match ops.discard_dead_letters(&sel).await {
                 Ok(done) => print_results(&done, json, "discarded"),
                 Err(e) => Ok(refused(&e)),

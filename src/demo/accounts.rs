@@ -20,10 +20,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::accounts::lifecycle::Lifecycle;
-use crate::app::Application;
 use crate::change::Key;
 use crate::config::Config;
 use crate::simulator::providers::{Provider, ProviderSim, Webhook};
@@ -89,13 +87,7 @@ fn account_name(i: usize) -> String {
 pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport> {
     let started = Instant::now();
     anyhow::ensure!(opts.accounts >= 1, "--accounts must be at least 1");
-    let dir = tempfile::Builder::new()
-        .prefix("webhook-reconciler-demo")
-        .tempdir()?;
-    let database = opts
-        .database
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("demo.db").display()));
+    let (dir, database) = super::database(opts.database.as_deref())?;
     let secret = format!("whsec_{:032x}", rand::random::<u128>());
     let sim = ProviderSim::start(Provider::Stripe, &secret)
         .await
@@ -135,16 +127,9 @@ pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport
         ),
     );
 
-    let app = Application::build(config.clone())
-        .await
-        .context("starting the daemon")?;
-    let url = format!("http://{}/webhooks/{SOURCE}", app.local_addr());
-    let store = Store::new(app.db().clone());
-    let stop = CancellationToken::new();
-    let server = {
-        let stop = stop.clone();
-        tokio::spawn(app.run_until(async move { stop.cancelled().await }))
-    };
+    let daemon = super::Daemon::start(&config).await?;
+    let url = format!("http://{}/webhooks/{SOURCE}", daemon.addr);
+    let store = Store::new(daemon.db.clone());
     let life = Lifecycle::new(Arc::new(config.clone()), store.clone());
     for a in &accounts[..accounts.len() - 1] {
         life.add(SOURCE, a, None, None)
@@ -190,8 +175,8 @@ pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport
         *runs.entry(c.status).or_insert(0) += c.count;
     }
     let rows = stored_rows(&store, &accounts).await?;
-    stop.cancel();
-    let _ = server.await;
+    daemon.stop().await;
+    drop(dir);
     Ok(AccountsDemoReport {
         seed: opts.seed,
         database: crate::config::redact_database_url(&database),

@@ -111,13 +111,7 @@ pub struct DemoReport {
 /// says so, and the command exits 1).
 pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
     let started = Instant::now();
-    let dir = tempfile::Builder::new()
-        .prefix("webhook-reconciler-demo")
-        .tempdir()?;
-    let database = opts
-        .database
-        .clone()
-        .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("demo.db").display()));
+    let (dir, database) = database(opts.database.as_deref())?;
     let sim = SimSender::start()
         .await
         .context("starting the simulated sender")?;
@@ -157,17 +151,10 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         ),
     );
 
-    let app = Application::build(config.clone())
-        .await
-        .context("starting the daemon")?;
-    let url = format!("http://{}{}", app.local_addr(), "/webhooks/shop");
-    let db = app.db().clone();
+    let daemon = Daemon::start(&config).await?;
+    let url = format!("http://{}{}", daemon.addr, "/webhooks/shop");
+    let db = daemon.db.clone();
     let store = Store::new(db.clone());
-    let stop = CancellationToken::new();
-    let server = {
-        let stop = stop.clone();
-        tokio::spawn(app.run_until(async move { stop.cancelled().await }))
-    };
 
     let bar = progress_bar(&opts);
     let deliveries = deliver(
@@ -250,8 +237,8 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let effects = application.counts();
-    stop.cancel();
-    let _ = server.await;
+    daemon.stop().await;
+    drop(dir);
     Ok(DemoReport {
         seed: opts.seed,
         database: crate::config::redact_database_url(&database),
@@ -269,6 +256,52 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<DemoReport> {
         converged: diverged_at_end == 0 && effects.performed == changes as usize,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The demo's database: `given`, else a SQLite file in a temporary directory (kept
+/// while the returned directory lives).
+fn database(given: Option<&str>) -> anyhow::Result<(tempfile::TempDir, String)> {
+    let dir = tempfile::Builder::new()
+        .prefix("webhook-reconciler-demo")
+        .tempdir()?;
+    let url = given.map_or_else(
+        || format!("sqlite://{}", dir.path().join("demo.db").display()),
+        String::from,
+    );
+    Ok((dir, url))
+}
+
+/// The daemon the demo delivers to, running `serve` in this process until stopped.
+struct Daemon {
+    addr: std::net::SocketAddr,
+    db: crate::db::Db,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Daemon {
+    async fn start(config: &Config) -> anyhow::Result<Daemon> {
+        let app = Application::build(config.clone())
+            .await
+            .context("starting the daemon")?;
+        let (addr, db) = (app.local_addr(), app.db().clone());
+        let stop = CancellationToken::new();
+        let server = {
+            let stop = stop.clone();
+            tokio::spawn(app.run_until(async move { stop.cancelled().await }))
+        };
+        Ok(Daemon {
+            addr,
+            db,
+            stop,
+            server,
+        })
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.server.await;
+    }
 }
 
 fn say(opts: &DemoOptions, line: &str) {

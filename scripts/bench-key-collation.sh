@@ -22,8 +22,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 db=wr_bench_collation_$$
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"; psql -q "$server/postgres" -c "DROP DATABASE IF EXISTS $db" >/dev/null' EXIT
 psql -q "$server/postgres" -c "CREATE DATABASE $db"
-trap 'psql -q "$server/postgres" -c "DROP DATABASE IF EXISTS $db" >/dev/null' EXIT
 url="$server/$db"
 psql -q "$url" -c "SELECT datcollate AS \"the database's collation\" FROM pg_database WHERE datname = current_database()"
 for c in "$base" C; do
@@ -43,8 +44,6 @@ INSERT INTO processed_events$t (source, event_id) SELECT 'bench', 'evt_' || md5(
 VACUUM ANALYZE resources$t; VACUUM ANALYZE processed_events$t;
 SQL
 done
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"; psql -q "$server/postgres" -c "DROP DATABASE IF EXISTS $db" >/dev/null' EXIT
 for t in "" _c; do
   # The product's read (store::sql::resources::rows_by_id), one random page of 1,000 ids.
   cat > "$dir/read$t.sql" <<SQL

@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+use super::scan::{Json, Text};
+
 /// Longest event or resource id, in bytes of UTF-8: well inside PostgreSQL's btree row
 /// limit (about 2.7 kB) for the primary keys that hold ids.
 pub const MAX_ID_BYTES: usize = 1024;
@@ -33,15 +35,13 @@ pub fn check_id(id: &str) -> Result<(), String> {
 /// JSONB) and every number within PostgreSQL's `numeric` range.
 pub fn check_state(v: &Value) -> Result<(), String> {
     match v {
-        Value::String(s) if s.contains('\0') => {
-            Err("it contains a NUL character (\\u0000), which cannot be stored".into())
-        }
+        Value::String(s) if s.contains('\0') => Err(NUL_IN_STRING.into()),
         // The number's text as the sender wrote it (arbitrary_precision): no copy.
         Value::Number(n) => check_number(n.as_str()),
         Value::Array(items) => items.iter().try_for_each(check_state),
         Value::Object(map) => map.iter().try_for_each(|(k, v)| {
             if k.contains('\0') {
-                Err("a key contains a NUL character (\\u0000), which cannot be stored".into())
+                Err(NUL_IN_KEY.into())
             } else {
                 check_state(v)
             }
@@ -211,25 +211,8 @@ pub fn canonical_state(v: &Value, max_bytes: usize) -> Result<String, String> {
 }
 
 fn write_canonical(v: &Value, out: &mut Vec<u8>, max: i64) -> Result<(), String> {
-    let too_large = |at_least: i64| {
-        format!(
-            "written out it is more than {max} bytes (at least {at_least}; numbers count as PostgreSQL prints them), over http.max_body"
-        )
-    };
     match v {
-        Value::Number(n) => {
-            let text = n.as_str();
-            if printed_as_is(text) {
-                out.extend_from_slice(text.as_bytes());
-            } else {
-                let d = Decimal::parse(text);
-                let needed = out.len() as i64 + d.written_len();
-                if needed > max {
-                    return Err(too_large(needed));
-                }
-                d.write(out);
-            }
-        }
+        Value::Number(n) => write_number(n.as_str(), out, max)?,
         Value::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -255,7 +238,99 @@ fn write_canonical(v: &Value, out: &mut Vec<u8>, max: i64) -> Result<(), String>
         other => serde_json::to_writer(&mut *out, other).map_err(|e| e.to_string())?,
     }
     if out.len() as i64 > max {
-        return Err(too_large(out.len() as i64));
+        return Err(too_large(max, out.len() as i64));
+    }
+    Ok(())
+}
+
+fn too_large(max: i64, at_least: i64) -> String {
+    format!(
+        "written out it is more than {max} bytes (at least {at_least}; numbers count as PostgreSQL prints them), over http.max_body"
+    )
+}
+
+/// A number as PostgreSQL prints it, refused before it is written when the text would
+/// pass `max` (one `1e131071` is 131,072 bytes).
+fn write_number(text: &str, out: &mut Vec<u8>, max: i64) -> Result<(), String> {
+    if printed_as_is(text) {
+        out.extend_from_slice(text.as_bytes());
+    } else {
+        let d = Decimal::parse(text);
+        let needed = out.len() as i64 + d.written_len();
+        if needed > max {
+            return Err(too_large(max, needed));
+        }
+        d.write(out);
+    }
+    Ok(())
+}
+
+const NUL_IN_STRING: &str = "it contains a NUL character (\\u0000), which cannot be stored";
+const NUL_IN_KEY: &str = "a key contains a NUL character (\\u0000), which cannot be stored";
+
+/// [`canonical_state`] of a state read by `scan`: the same text and the same refusals,
+/// in one walk (checked as it is written) that copies unescaped strings and numbers
+/// from the item's text instead of escaping them again.
+pub fn canonical_text(v: &Json<'_>, max_bytes: usize) -> Result<String, String> {
+    let mut out = Vec::with_capacity(256);
+    write_text(v, &mut out, i64::try_from(max_bytes).unwrap_or(i64::MAX))?;
+    // Only JSON text was written: the item's own UTF-8, escaped strings and ASCII.
+    String::from_utf8(out).map_err(|e| format!("not UTF-8 once written: {e}"))
+}
+
+fn write_string(s: &Text<'_>, out: &mut Vec<u8>, nul: &str) -> Result<(), String> {
+    match s.verbatim() {
+        Some(raw) => {
+            out.push(b'"');
+            out.extend_from_slice(raw.as_bytes());
+            out.push(b'"');
+        }
+        None => {
+            // Only an escape can put a NUL in a string: an unescaped one is not JSON.
+            if s.as_str().contains('\0') {
+                return Err(nul.into());
+            }
+            serde_json::to_writer(&mut *out, s.as_str()).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+fn write_text(v: &Json<'_>, out: &mut Vec<u8>, max: i64) -> Result<(), String> {
+    match v {
+        Json::Null => out.extend_from_slice(b"null"),
+        Json::Bool(true) => out.extend_from_slice(b"true"),
+        Json::Bool(false) => out.extend_from_slice(b"false"),
+        Json::Number(text) => {
+            check_number(text)?;
+            write_number(text, out, max)?;
+        }
+        Json::String(s) => write_string(s, out, NUL_IN_STRING)?,
+        Json::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_text(item, out, max)?;
+            }
+            out.push(b']');
+        }
+        Json::Object(entries) => {
+            out.push(b'{');
+            for (i, (k, item)) in entries.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(k, out, NUL_IN_KEY)?;
+                out.push(b':');
+                write_text(item, out, max)?;
+            }
+            out.push(b'}');
+        }
+    }
+    if out.len() as i64 > max {
+        return Err(too_large(max, out.len() as i64));
     }
     Ok(())
 }

@@ -6,7 +6,10 @@
 //! `store::sql::guard_condition`).
 
 pub mod limits;
+pub mod scan;
 pub mod tie;
+
+use std::borrow::Cow;
 
 use chrono::DateTime;
 use serde_json::Value;
@@ -220,21 +223,52 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// A document fields are read from: serde_json's tree (webhook bodies, fetched
+/// resources) or an item read by [`scan`] (listings).
+pub trait Document {
+    /// The value at `pointer` (ids and versions: small values).
+    fn value_at(&self, pointer: &str) -> Option<Cow<'_, Value>>;
+    /// The canonical text of the value at `pointer` (see [`limits::canonical_state`]).
+    fn canonical_at(&self, pointer: &str, max_bytes: usize) -> Option<Result<String, String>>;
+}
+
+impl Document for Value {
+    fn value_at(&self, pointer: &str) -> Option<Cow<'_, Value>> {
+        self.pointer(pointer).map(Cow::Borrowed)
+    }
+
+    fn canonical_at(&self, pointer: &str, max_bytes: usize) -> Option<Result<String, String>> {
+        self.pointer(pointer)
+            .map(|v| limits::canonical_state(v, max_bytes))
+    }
+}
+
+impl Document for scan::Json<'_> {
+    fn value_at(&self, pointer: &str) -> Option<Cow<'_, Value>> {
+        self.pointer(pointer).map(|v| Cow::Owned(v.to_value()))
+    }
+
+    fn canonical_at(&self, pointer: &str, max_bytes: usize) -> Option<Result<String, String>> {
+        self.pointer(pointer)
+            .map(|v| limits::canonical_text(v, max_bytes))
+    }
+}
+
 fn lookup<'a>(
-    doc: &'a Value,
+    doc: &'a impl Document,
     what: &'static str,
     pointer: &str,
-) -> Result<&'a Value, ExtractError> {
-    doc.pointer(pointer).ok_or_else(|| ExtractError::Missing {
+) -> Result<Cow<'a, Value>, ExtractError> {
+    doc.value_at(pointer).ok_or_else(|| ExtractError::Missing {
         what,
         pointer: pointer.to_string(),
     })
 }
 
 /// A resource id: a non-empty string, or an integer (written as its decimal text).
-pub fn read_id(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
+pub fn read_id(doc: &impl Document, pointer: &str) -> Result<String, ExtractError> {
     let v = lookup(doc, "id", pointer)?;
-    match v {
+    match &*v {
         Value::String(s) => match limits::check_id(s) {
             Ok(()) => Ok(s.clone()),
             Err(reason) => Err(ExtractError::Invalid {
@@ -256,11 +290,12 @@ pub fn read_id(doc: &Value, pointer: &str) -> Result<String, ExtractError> {
 /// A version as the integer the guard compares: integers as they are (0..=2^63-1),
 /// timestamps as microseconds since the Unix epoch.
 pub fn read_version(
-    doc: &Value,
+    doc: &impl Document,
     pointer: &str,
     format: VersionFormat,
 ) -> Result<i64, ExtractError> {
     let v = lookup(doc, "version", pointer)?;
+    let v = &*v;
     let invalid = |reason: String| ExtractError::Invalid {
         what: "version",
         pointer: pointer.into(),
@@ -333,13 +368,21 @@ pub fn read_version(
 /// text on every backend.
 /// NUL characters are refused: PostgreSQL can store them neither in TEXT nor in JSONB,
 /// and a state must mean the same on both backends.
-pub fn read_state(doc: &Value, pointer: &str, max_bytes: usize) -> Result<String, ExtractError> {
-    let v = lookup(doc, "state", pointer)?;
-    limits::canonical_state(v, max_bytes).map_err(|reason| ExtractError::Invalid {
-        what: "state",
-        pointer: pointer.into(),
-        reason,
-    })
+pub fn read_state(
+    doc: &impl Document,
+    pointer: &str,
+    max_bytes: usize,
+) -> Result<String, ExtractError> {
+    doc.canonical_at(pointer, max_bytes)
+        .ok_or_else(|| ExtractError::Missing {
+            what: "state",
+            pointer: pointer.to_string(),
+        })?
+        .map_err(|reason| ExtractError::Invalid {
+            what: "state",
+            pointer: pointer.into(),
+            reason,
+        })
 }
 
 /// The digest of a state's canonical text that `resources.state_digest` holds: the first
@@ -379,7 +422,12 @@ pub struct Pointers<'a> {
 }
 
 impl Pointers<'_> {
-    pub fn read(&self, doc: &Value, source: &str, kind: &str) -> Result<Change, ExtractError> {
+    pub fn read(
+        &self,
+        doc: &impl Document,
+        source: &str,
+        kind: &str,
+    ) -> Result<Change, ExtractError> {
         Ok(Change {
             source: source.to_string(),
             account: String::new(),

@@ -33,6 +33,13 @@ pub(super) struct SeenIds {
     state: std::collections::hash_map::RandomState,
     exact: Vec<u64>,
     sorted: bool,
+    /// Once sealed: where each bucket of the exact hashes (by their top bits) starts, a
+    /// bucket holding ~8 hashes (one cache line). A lookup reads its bucket instead of
+    /// binary-searching up to 8 MiB: a deletion scan asks about every live row, and at
+    /// 1M rows the binary search's 20 dependent cache misses a lookup were an eighth of
+    /// the sweep's CPU.
+    buckets: Vec<u32>,
+    bucket_bits: u32,
     bloom: Option<bloomfilter::Bloom<u64>>,
 }
 
@@ -80,7 +87,27 @@ impl SeenIds {
         self.exact.sort_unstable();
         self.exact.dedup();
         self.exact.shrink_to_fit();
+        self.bucket_bits = (self.exact.len() / 8)
+            .max(1)
+            .next_power_of_two()
+            .trailing_zeros();
+        let count = 1usize << self.bucket_bits;
+        let mut buckets = Vec::with_capacity(count + 1);
+        let mut at = 0;
+        for b in 0..count {
+            while at < self.exact.len() && self.bucket(self.exact[at]) < b {
+                at += 1;
+            }
+            buckets.push(u32::try_from(at).unwrap_or(u32::MAX));
+        }
+        buckets.push(u32::try_from(self.exact.len()).unwrap_or(u32::MAX));
+        self.buckets = buckets;
         self.sorted = true;
+    }
+
+    fn bucket(&self, h: u64) -> usize {
+        // The top `bucket_bits` bits; none (one bucket) when there are none.
+        usize::try_from(h.checked_shr(64 - self.bucket_bits).unwrap_or(0)).unwrap_or(0)
     }
 
     pub fn contains(&self, id: &str) -> bool {
@@ -89,7 +116,15 @@ impl SeenIds {
             Some(bloom) => bloom.check(&h),
             None => {
                 debug_assert!(self.sorted, "SeenIds::seal before contains");
-                self.exact.binary_search(&h).is_ok()
+                let b = self.bucket(h);
+                match (self.buckets.get(b), self.buckets.get(b + 1)) {
+                    (Some(&from), Some(&to)) => self
+                        .exact
+                        .get(from as usize..to as usize)
+                        .is_some_and(|bucket| bucket.contains(&h)),
+                    // Not sealed: the hashes as they are.
+                    _ => self.exact.contains(&h),
+                }
             }
         }
     }
@@ -98,6 +133,22 @@ impl SeenIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exact_set_finds_every_seen_id_and_no_other_at_any_size() {
+        for n in [0, 1, 2, 7, 9, 1000, 100_000] {
+            let mut seen = SeenIds::default();
+            for i in 0..n {
+                seen.insert(&format!("id-{i}"));
+            }
+            seen.seal();
+            assert!((0..n).all(|i| seen.contains(&format!("id-{i}"))), "{n}");
+            let others = (n..n + 10_000)
+                .filter(|i| seen.contains(&format!("id-{i}")))
+                .count();
+            assert_eq!(others, 0, "{n}");
+        }
+    }
 
     #[test]
     fn exact_and_bloom_never_miss_a_seen_id() {

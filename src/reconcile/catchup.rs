@@ -32,14 +32,12 @@ impl Reconciler {
         run_id: Option<RunId>,
         watermark: &mut Option<i64>,
     ) -> Result<(), RunError> {
-        let events = page
-            .items
-            .iter()
-            .map(|raw| serde_json::from_str::<serde_json::Value>(raw.get()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| SenderError::BadPage {
-                url: page.url.clone(),
-                reason: format!("an event is not JSON: {e}"),
+        let events =
+            serde_json::from_str::<Vec<serde_json::Value>>(page.items.get()).map_err(|e| {
+                SenderError::BadPage {
+                    url: page.url.clone(),
+                    reason: format!("an event is not JSON: {e}"),
+                }
             })?;
         let ids = events.iter().filter_map(|i| i.get("id")?.as_str());
         guard.same_items_as_before(&page.url, ids)?;

@@ -4,6 +4,7 @@
 
 use super::progress::ProgressGuard;
 use super::{RunError, item_pointers};
+use crate::change::scan::{self, Json};
 use crate::change::{Change, Key};
 use crate::config::{KindConfig, Listing};
 use crate::sender::Next;
@@ -44,13 +45,18 @@ pub(super) async fn read_page(
     store: &crate::store::Store,
     key: &Key,
     kind: &KindConfig,
-    mut page: crate::sender::Page,
+    page: crate::sender::Page,
 ) -> Result<ReadPage, RunError> {
     if kind.listing == Listing::Events {
         return Ok((page, Vec::new(), Vec::new(), (0.0, 0.0)));
     }
     let started = std::time::Instant::now();
-    let read = read_items(key, kind, std::mem::take(&mut page.items), page.date);
+    let read = read_items(key, kind, &page.items, page.date).map_err(|reason| {
+        crate::sender::SenderError::BadPage {
+            url: page.url.clone(),
+            reason,
+        }
+    })?;
     let read_seconds = started.elapsed().as_secs_f64();
     let started = std::time::Instant::now();
     let ids: Vec<String> = read
@@ -94,54 +100,70 @@ pub(super) enum ReadItem {
 }
 
 /// Reads a page's items with the kind's pointers (versioned by the response's `date`
-/// for a kind versioned by fetch time).
+/// for a kind versioned by fetch time): the items' array in one pass (`change::scan`,
+/// borrowing its text), or, when that pass fails, item by item to say which one.
 fn read_items(
     key: &Key,
     kind: &KindConfig,
-    items: Vec<Box<serde_json::value::RawValue>>,
+    items: &serde_json::value::RawValue,
     date: Option<i64>,
-) -> Vec<ReadItem> {
+) -> Result<Vec<ReadItem>, String> {
     let pointers = item_pointers(kind, chrono::Utc::now().timestamp_micros());
-    items
+    let read = |index: usize, item: Result<Json<'_>, String>| match item {
+        Ok(item) => read_item(key, kind, &pointers, date, index, &item),
+        Err(e) => ReadItem::Unreadable {
+            index,
+            id: None,
+            reason: format!("not JSON: {e}"),
+        },
+    };
+    if let Ok(Json::Array(all)) = scan::parse(items.get()) {
+        return Ok(all
+            .into_iter()
+            .enumerate()
+            .map(|(index, item)| read(index, Ok(item)))
+            .collect());
+    }
+    Ok(crate::sender::item_texts(items)?
         .into_iter()
         .enumerate()
-        .map(|(index, raw)| {
-            let item: serde_json::Value = match serde_json::from_str(raw.get()) {
-                Ok(item) => item,
-                Err(e) => {
-                    return ReadItem::Unreadable {
-                        index,
-                        id: None,
-                        reason: format!("not JSON: {e}"),
-                    };
-                }
-            };
-            let read = pointers
-                .read(&item, &key.source, &kind.name)
-                .map(|mut c| {
-                    c.account.clone_from(&key.account);
-                    if let Some(date) = date {
-                        c.version = date;
-                    }
-                    c
-                })
-                .and_then(|c| match &kind.incremental {
-                    Some(inc) => crate::change::read_version(&item, &inc.field, inc.format)
-                        .map(|t| (c, Some(t))),
-                    None => Ok((c, None)),
-                });
-            match read {
-                Ok((change, modified)) => ReadItem::Read {
-                    index,
-                    change,
-                    modified,
-                },
-                Err(e) => ReadItem::Unreadable {
-                    index,
-                    id: crate::change::read_id(&item, &kind.id).ok(),
-                    reason: e.to_string(),
-                },
+        .map(|(index, raw)| read(index, scan::parse(raw.get())))
+        .collect())
+}
+
+fn read_item(
+    key: &Key,
+    kind: &KindConfig,
+    pointers: &crate::change::Pointers<'_>,
+    date: Option<i64>,
+    index: usize,
+    item: &Json<'_>,
+) -> ReadItem {
+    let read = pointers
+        .read(item, &key.source, &kind.name)
+        .map(|mut c| {
+            c.account.clone_from(&key.account);
+            if let Some(date) = date {
+                c.version = date;
             }
+            c
         })
-        .collect()
+        .and_then(|c| match &kind.incremental {
+            Some(inc) => {
+                crate::change::read_version(item, &inc.field, inc.format).map(|t| (c, Some(t)))
+            }
+            None => Ok((c, None)),
+        });
+    match read {
+        Ok((change, modified)) => ReadItem::Read {
+            index,
+            change,
+            modified,
+        },
+        Err(e) => ReadItem::Unreadable {
+            index,
+            id: crate::change::read_id(item, &kind.id).ok(),
+            reason: e.to_string(),
+        },
+    }
 }

@@ -28,7 +28,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use crate::config::{KindConfig, SourceConfig, origin_of};
-pub use page::{Next, Page};
+pub use page::{Next, Page, item_texts};
 
 /// One failed attempt; decides whether another is worth it.
 #[derive(Debug)]

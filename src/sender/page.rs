@@ -41,13 +41,15 @@ impl Next {
     }
 }
 
-/// One page: its items (their JSON text, checked but not yet parsed: each is parsed and
-/// read with the kind's pointers later, off the fetcher's path) and the next position.
+/// One page: its items (the JSON text of their array, checked but not yet parsed: the
+/// reader reads it in one pass with the kind's pointers, off the fetcher's path) and the
+/// next position.
 #[derive(Debug)]
 pub struct Page {
     /// The URL this page was fetched from (for error messages about its items).
     pub url: String,
-    pub items: Vec<Box<RawValue>>,
+    /// The items' array, as JSON text.
+    pub items: Box<RawValue>,
     pub next: Option<Next>,
     /// The response's `Date` in microseconds, read for kinds versioned by it.
     pub date: Option<i64>,
@@ -65,7 +67,7 @@ pub fn parse_page(
     body: &[u8],
     links: &[&str],
 ) -> Result<Page, String> {
-    let doc = Document::read(body)?;
+    let mut doc = Document::read(body)?;
     let next_cursor = doc.at(&kind.next_cursor)?;
     let has_more = doc.at(&kind.has_more)?;
     let items = doc.items(&kind.items)?;
@@ -87,7 +89,8 @@ pub fn parse_page(
             .map(Next::Url),
         Pagination::Stripe => match has_more.as_ref() {
             Some(Value::Bool(true)) => {
-                let last = items
+                let all = item_texts(&items)?;
+                let last = all
                     .last()
                     .ok_or("has_more is true but the page has no items")?;
                 let last: Value = serde_json::from_str(last.get())
@@ -107,6 +110,11 @@ pub fn parse_page(
         next,
         date: None,
     })
+}
+
+/// Each item's JSON text, borrowed from the items' array.
+pub fn item_texts(items: &RawValue) -> Result<Vec<&RawValue>, String> {
+    serde_json::from_str(items.get()).map_err(|e| format!("the items are not a JSON array: {e}"))
 }
 
 /// A page body with its top level read and everything below it left as JSON text, so the
@@ -147,23 +155,27 @@ impl Document {
         }
     }
 
-    fn items(&self, pointer: &str) -> Result<Vec<Box<RawValue>>, String> {
+    /// The items' array as JSON text (taken out of the document).
+    fn items(&mut self, pointer: &str) -> Result<Box<RawValue>, String> {
         let not_array = || format!("items pointer {pointer:?} is not an array");
         let missing = || format!("items pointer {pointer:?} matches nothing in the page");
         if pointer.is_empty() && matches!(self, Document::Object(_)) {
             return Err(not_array());
         }
         // The common case, items one level down: scanned, not parsed.
-        if let (Document::Object(top), Some((first, ""))) = (self, split_pointer(pointer)) {
-            let raw = top.get(&first).ok_or_else(missing)?;
-            return serde_json::from_str(raw.get()).map_err(|_| not_array());
+        if let (Document::Object(top), Some((first, ""))) = (&mut *self, split_pointer(pointer)) {
+            let raw = top.remove(&first).ok_or_else(missing)?;
+            // Checked JSON, so its first character tells an array.
+            return if raw.get().starts_with('[') {
+                Ok(raw)
+            } else {
+                Err(not_array())
+            };
         }
         match self.at(pointer)? {
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(serde_json::value::to_raw_value)
-                .collect::<Result<_, _>>()
-                .map_err(|e| e.to_string()),
+            Some(items @ Value::Array(_)) => {
+                serde_json::value::to_raw_value(&items).map_err(|e| e.to_string())
+            }
             Some(_) => Err(not_array()),
             None => Err(missing()),
         }
@@ -205,7 +217,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (p.items.len(), p.next),
+            (item_texts(&p.items).unwrap().len(), p.next),
             (1, Some(Next::Cursor("c2".into())))
         );
         for last in [r#"{"data":[],"next_cursor":null}"#, r#"{"data":[]}"#] {

@@ -15,8 +15,12 @@
 //!    `wait4`'s `ru_maxrss`: the peak RSS), then the database is checked: N rows, every
 //!    version equal to the sender's;
 //! 4. PostgreSQL alone doing the same per-page SQL work (read the page's 1,000 rows by
-//!    id, then one transaction upserting its ~10 drifted rows) with 1 and with 2
-//!    clients, over the same table, in the same invocation; the ratio is printed.
+//!    id, then one transaction upserting its ~10 drifted rows) and the deletion scan
+//!    with 1 and with 2 clients, over the same table, in the same invocation; the ratio
+//!    is printed;
+//! 5. a plain Node reconciler (`benches/node/reconcile.mjs`, when `node` and `npm` are
+//!    here) over the same drift, the table put back as the measured run found it: the
+//!    comparison the performance issue names.
 //!
 //!   cargo bench --bench reconcile_sweep                                   # 100k and 1M, both backends
 //!   cargo bench --bench reconcile_sweep -- --sizes 10000000 --backend postgres   # 10M, opt-in
@@ -351,7 +355,10 @@ fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64
 /// the versions and digests of the page's ids (what the compare needs: the product
 /// reads no state since the digest column), then one transaction upserting the page's
 /// drifted rows (every 100th) at `version`, publishing their changes and moving the
-/// checkpoint. Returns items/s.
+/// checkpoint; then, as the product does after a complete sweep of a kind with
+/// `detect_deletes` (this benchmark's kind has it), the scan of the kind's live ids in
+/// pages of 10,000 (one client: the product runs it once, after the sweep). Returns
+/// items/s.
 fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
     #[derive(diesel::QueryableByName)]
     #[allow(dead_code)]
@@ -390,6 +397,27 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
             });
         }
     });
+    let mut c = PgConnection::establish(url).unwrap();
+    let mut after = String::new();
+    let mut live = 0;
+    loop {
+        #[derive(diesel::QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = Text)]
+            id: String,
+        }
+        let ids: Vec<Id> = diesel::sql_query(
+            "SELECT id FROM resources WHERE source = 'bench' AND account = '' AND kind = 'item' \
+             AND NOT deleted AND updated_at < now() AND id > $1 ORDER BY id LIMIT 10000",
+        )
+        .bind::<Text, _>(&after)
+        .load(&mut c)
+        .unwrap();
+        let Some(last) = ids.last() else { break };
+        after.clone_from(&last.id);
+        live += ids.len() as u64;
+    }
+    assert!(live >= n * 99 / 100, "{live} live rows scanned");
     n as f64 / started.elapsed().as_secs_f64()
 }
 
@@ -526,6 +554,37 @@ fn stage_split(run: &Run) -> String {
         s("write"),
         s("writer_waiting"),
     )
+}
+
+/// Runs the plain Node reconciler (`benches/node/reconcile.mjs`) against the sender;
+/// installs its one package (`pg`, pinned by its lockfile) first. Returns its items/s
+/// and the rows it applied, or `None` without Node.
+fn node_sweep(base: &str, url: &str) -> Option<(f64, u64)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node");
+    if !dir.join("node_modules/pg").exists() {
+        let st = Command::new("npm")
+            .args(["ci", "--silent", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .ok()?;
+        if !st.success() {
+            return None;
+        }
+    }
+    let out = Command::new("node")
+        .arg(dir.join("reconcile.mjs"))
+        .args([base, url])
+        .stderr(Stdio::inherit())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some((
+        r["scanned"].as_f64()? / r["seconds"].as_f64()?,
+        r["applied"].as_u64()?,
+    ))
 }
 
 fn mib(kib: Option<u64>) -> String {
@@ -669,12 +728,37 @@ fn main() {
                 let two = pg_alone(&url, n, 2, 4);
                 let busy = (machine_cpu_seconds() - busy) / started.elapsed().as_secs_f64();
                 println!(
-                    "{:<9} {:>9} items: PostgreSQL alone, the least SQL of a drift sweep (versions and digests of each page's ids; the drifted rows' guarded upsert, feed publish and checkpoint): {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients (2 clients kept {busy:.2} cores busy)",
+                    "{:<9} {:>9} items: PostgreSQL alone, the least SQL of a drift sweep (versions and digests of each page's ids; the drifted rows' guarded upsert, feed publish and checkpoint; then the deletion scan of the live ids): {one:>7.0} items/s (1 client), {two:>7.0} items/s (2 clients); ours = {:.0}% of 1 client, {:.0}% of 2 clients (2 clients kept {busy:.2} cores busy)",
                     "",
                     n,
                     100.0 * ours / one,
                     100.0 * ours / two
                 );
+                // The plain Node reconciler over the same drift: the rows the baselines
+                // rewrote are put back where the measured run found them.
+                db.execute(&format!(
+                    "DELETE FROM resources WHERE source = 'bench' AND kind = 'item' AND {INDEX} % 200 = 0; \
+                     UPDATE resources SET version = 1 WHERE source = 'bench' AND kind = 'item' AND {INDEX} % 200 = 100"
+                ));
+                db.execute("VACUUM ANALYZE resources");
+                db.checkpoint();
+                match node_sweep(&sender.base, &url) {
+                    Some((node, applied)) => {
+                        let node_wrong = wrong_rows(&mut db, n);
+                        let node_right = applied == expected && node_wrong == 0;
+                        println!(
+                            "{:<9} {:>9} items: a plain Node reconciler (benches/node/reconcile.mjs: page by page, versions read, batch upsert of the drift, then the deletion scan): {node:>7.0} items/s, applied {applied} of {expected}, rows not as the sender lists: {node_wrong}{}; ours = {:.2}x Node",
+                            "",
+                            n,
+                            if node_right { "" } else { "  WRONG" },
+                            ours / node
+                        );
+                    }
+                    None => println!(
+                        "{:<9} {:>9} items: the Node reconciler: skipped (no node and npm here, or `npm ci` in benches/node failed)",
+                        "", n
+                    ),
+                }
                 // The first sync's baseline, into the empty table again.
                 db.execute("TRUNCATE resources, changes, change_pending, reconcile_checkpoints");
                 db.checkpoint();

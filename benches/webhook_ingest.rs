@@ -7,7 +7,10 @@
 //! VALUES lists with literals, planned every time, where the product binds arrays to
 //! statements prepared once) with the same concurrency and mix, twice: one
 //! delivery per transaction, and the same batches as the receiver's mean group, so each
-//! ratio says how much of the database's capacity the receiver delivers.
+//! ratio says how much of the database's capacity the receiver delivers. On PostgreSQL,
+//! when `node` and `npm` are here, the same load also goes to a plain Node receiver
+//! (`benches/node/receiver.mjs`: HMAC, JSON.parse, one transaction a delivery) on a
+//! fresh database, checked exactly-once the same way, with its CPU per delivery.
 //!
 //!   cargo bench --bench webhook_ingest                      # both backends
 //!   cargo bench --bench webhook_ingest -- --backend postgres --events 20000
@@ -426,6 +429,103 @@ fn pgbench(url: &str, concurrency: usize, seconds: u32, group: usize) -> Option<
         .and_then(|v| v.parse().ok())
 }
 
+/// At most once as well as at least once, in the database: one claim per event, and
+/// every row written by its own event (orders: every row at its last version, written
+/// by that version's event). Returns whether all holds, and the rows, claims and rows
+/// not written by their own event.
+fn exactly_once(backend: Backend, url: &str, run: &Run, a: &Args) -> (bool, i64, i64, i64) {
+    let rows = count(backend, url, "SELECT COUNT(*) AS n FROM resources");
+    let claims = count(backend, url, "SELECT COUNT(*) AS n FROM processed_events");
+    let (expected_rows, own_event) = if let Some(last) = a.events.checked_div(a.orders) {
+        (
+            a.orders,
+            format!(
+                "version = {last} AND last_event_id = 'evt_' || id || '_v' || CAST(version AS TEXT)"
+            ),
+        )
+    } else {
+        (
+            a.events,
+            "last_event_id = 'evt_' || substr(id, 4)".to_string(),
+        )
+    };
+    let foreign = count(
+        backend,
+        url,
+        &format!(
+            "SELECT COUNT(*) AS n FROM resources WHERE last_event_id IS NULL OR NOT ({own_event})"
+        ),
+    );
+    let ok = run.applied + run.stale == a.events
+        && run.duplicate == a.events
+        && run.other == 0
+        && rows == expected_rows as i64
+        && claims == a.events as i64
+        && foreign == 0;
+    (ok, rows, claims, foreign)
+}
+
+/// The same load against the plain Node receiver (`benches/node/receiver.mjs`) on a
+/// fresh database migrated by the product: its run and whether it was exactly once,
+/// and the CPU seconds of PostgreSQL, of the Node process and of this process (the load
+/// generator) during it. `None` without Node.
+fn node_run(rt: &tokio::runtime::Runtime, a: &Args) -> Option<NodeRun> {
+    use std::io::BufRead;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node");
+    if !dir.join("node_modules/pg").exists() {
+        let st = Command::new("npm")
+            .args(["ci", "--silent", "--no-audit", "--no-fund"])
+            .current_dir(&dir)
+            .status()
+            .ok()?;
+        if !st.success() {
+            return None;
+        }
+    }
+    let (url, name) = fresh_pg_db("node");
+    rt.block_on(async {
+        drop(Application::build(config(&url, 1, "full")).await.unwrap());
+    });
+    let mut child = Command::new("node")
+        .arg(dir.join("receiver.mjs"))
+        .args([url.as_str(), SECRET, &a.pool.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take()?)
+        .read_line(&mut line)
+        .ok()?;
+    let port = serde_json::from_str::<serde_json::Value>(&line).ok()?["port"].as_u64()?;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    let node_cpu = || {
+        std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+            .ok()
+            .and_then(|s| s.split_once(") ").map(|(_, r)| cpu_ticks(r) as f64 / 100.0))
+            .unwrap_or(0.0)
+    };
+    let before = (postgres_cpu_seconds(), node_cpu(), own_cpu_seconds());
+    let run = rt.block_on(drive(addr, a.events, a.orders, a.concurrency));
+    let after = (postgres_cpu_seconds(), node_cpu(), own_cpu_seconds());
+    let _ = child.kill();
+    let _ = child.wait();
+    let (ok, ..) = exactly_once(Backend::Postgres, &url, &run, a);
+    drop_pg_db(&name);
+    Some(NodeRun {
+        run,
+        exactly_once: ok,
+        cpu: (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+    })
+}
+
+/// The Node receiver's run: the load's figures, whether the database shows it exactly
+/// once, and the CPU seconds of PostgreSQL, Node and the load generator during it.
+struct NodeRun {
+    run: Run,
+    exactly_once: bool,
+    cpu: (f64, f64, f64),
+}
+
 /// CPU seconds (user + system) used so far by every running `postgres` process.
 fn postgres_cpu_seconds() -> f64 {
     let mut ticks = 0u64;
@@ -541,37 +641,7 @@ fn main() {
             })
         };
         let (run, cpu, groups) = http_run(&url, false);
-        let rows = count(backend, &url, "SELECT COUNT(*) AS n FROM resources");
-        let claims = count(backend, &url, "SELECT COUNT(*) AS n FROM processed_events");
-        // At most once as well as at least once, in the database: one claim per event,
-        // and every row written by its own event.
-        // Orders: every row at its last version, written by that version's event.
-        let (expected_rows, own_event) = if let Some(last) = a.events.checked_div(a.orders) {
-            (
-                a.orders,
-                format!(
-                    "version = {last} AND last_event_id = 'evt_' || id || '_v' || CAST(version AS TEXT)"
-                ),
-            )
-        } else {
-            (
-                a.events,
-                "last_event_id = 'evt_' || substr(id, 4)".to_string(),
-            )
-        };
-        let foreign = count(
-            backend,
-            &url,
-            &format!(
-                "SELECT COUNT(*) AS n FROM resources WHERE last_event_id IS NULL OR NOT ({own_event})"
-            ),
-        );
-        let exactly_once = run.applied + run.stale == a.events
-            && run.duplicate == a.events
-            && run.other == 0
-            && rows == expected_rows as i64
-            && claims == a.events as i64
-            && foreign == 0;
+        let (exactly_once, rows, claims, foreign) = exactly_once(backend, &url, &run, &a);
         ok &= exactly_once;
         let rate = run.deliveries as f64 / run.seconds;
         println!(
@@ -609,6 +679,32 @@ fn main() {
                 1000.0 * cpu.0 / run.deliveries as f64,
                 1000.0 * cpu.1 / run.deliveries as f64
             );
+            if let Some(NodeRun {
+                run: node_load,
+                exactly_once: node_once,
+                cpu: node_cpu,
+            }) = node_run(&rt, &a)
+            {
+                let node = (node_load, node_once);
+                let node_rate = node.0.deliveries as f64 / node.0.seconds;
+                println!(
+                    "          a plain Node receiver (benches/node/receiver.mjs: HMAC, JSON.parse, one transaction a delivery on a pool of {}): {node_rate:.0} deliveries/s, p50 {:.2} ms, p99 {:.2} ms, exactly-once: {}; CPU per delivery: PostgreSQL {:.3} ms, Node {:.3} ms + the load generator {:.3} ms; ours = {:.2}x Node's deliveries/s, {:.2}x less CPU per delivery (PostgreSQL's and the receiver's, with the load generator)",
+                    a.pool,
+                    node.0.p50_ms,
+                    node.0.p99_ms,
+                    if node.1 { "yes" } else { "NO" },
+                    1000.0 * node_cpu.0 / node.0.deliveries as f64,
+                    1000.0 * node_cpu.1 / node.0.deliveries as f64,
+                    1000.0 * node_cpu.2 / node.0.deliveries as f64,
+                    rate / node_rate,
+                    ((node_cpu.0 + node_cpu.1 + node_cpu.2) / node.0.deliveries as f64)
+                        / ((cpu.0 + cpu.1) / run.deliveries as f64),
+                );
+            } else {
+                println!(
+                    "          a plain Node receiver: skipped (no node and npm here, or `npm ci` in benches/node failed)"
+                );
+            }
             if a.feed_both {
                 let (bare_url, bare_name) = fresh_pg_db("nofeed");
                 let (bare, bare_cpu, _) = http_run(&bare_url, true);

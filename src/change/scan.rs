@@ -63,6 +63,27 @@ pub fn parse(text: &str) -> Result<Json<'_>, String> {
     Ok(v)
 }
 
+/// Reads a JSON array (whitespace around it allowed), handing each element to `each` as
+/// soon as it is read, so that a page's items are read one at a time and only one
+/// item's tree exists at once. On an error, `each` may have seen the elements before it.
+pub fn each_element<'a>(text: &'a str, mut each: impl FnMut(Json<'a>)) -> Result<(), String> {
+    let mut p = Parser {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    p.skip_whitespace();
+    if p.peek() != Some(b'[') {
+        return Err(p.error("expected an array"));
+    }
+    p.elements(1, &mut each)?;
+    p.skip_whitespace();
+    if p.at != p.bytes.len() {
+        return Err(p.error("trailing characters"));
+    }
+    Ok(())
+}
+
 impl<'a> Json<'a> {
     /// The value at an RFC 6901 pointer, with `serde_json::Value::pointer`'s rules.
     pub fn pointer(&self, pointer: &str) -> Option<&Json<'a>> {
@@ -241,25 +262,31 @@ impl<'a> Parser<'a> {
     }
 
     fn array(&mut self, depth: usize) -> Result<Json<'a>, String> {
+        let mut items = Vec::new();
+        self.elements(depth, &mut |item| items.push(item))?;
+        Ok(Json::Array(items))
+    }
+
+    /// An array's elements, each handed to `each` as soon as it is read.
+    fn elements(&mut self, depth: usize, each: &mut dyn FnMut(Json<'a>)) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(self.error("recursion limit exceeded"));
         }
         self.at += 1;
-        let mut items = Vec::new();
         self.skip_whitespace();
         if self.peek() == Some(b']') {
             self.at += 1;
-            return Ok(Json::Array(items));
+            return Ok(());
         }
         loop {
             self.skip_whitespace();
-            items.push(self.value(depth)?);
+            each(self.value(depth)?);
             self.skip_whitespace();
             match self.peek() {
                 Some(b',') => self.at += 1,
                 Some(b']') => {
                     self.at += 1;
-                    return Ok(Json::Array(items));
+                    return Ok(());
                 }
                 _ => return Err(self.error("expected ',' or ']'")),
             }
@@ -378,6 +405,30 @@ mod tests {
         // Too large once written: refused the same way.
         assert_eq!(by_scan(r#"{"n":1e100}"#, 50), None);
         assert_eq!(by_value(r#"{"n":1e100}"#, 50), None);
+    }
+
+    #[test]
+    fn an_array_s_elements_are_handed_over_one_by_one() {
+        let mut seen = Vec::new();
+        each_element(r#" [ {"id":"a"}, 2 ,"x",[] ] "#, |item| {
+            seen.push(item.to_value())
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                serde_json::json!({"id":"a"}),
+                2.into(),
+                "x".into(),
+                serde_json::json!([])
+            ]
+        );
+        let mut count = 0;
+        each_element("[]", |_| count += 1).unwrap();
+        assert_eq!(count, 0);
+        for broken in [r#"{"a":1}"#, "[1,", "[1 2]", "[1]x", r#"[{"a":01}]"#, ""] {
+            assert!(each_element(broken, |_| ()).is_err(), "{broken}");
+        }
     }
 
     #[test]

@@ -101,7 +101,8 @@ pub(super) enum ReadItem {
 
 /// Reads a page's items with the kind's pointers (versioned by the response's `date`
 /// for a kind versioned by fetch time): the items' array in one pass (`change::scan`,
-/// borrowing its text), or, when that pass fails, item by item to say which one.
+/// borrowing its text, each item read as it is parsed), or, when that pass fails,
+/// item by item to say which one.
 fn read_items(
     key: &Key,
     kind: &KindConfig,
@@ -117,12 +118,15 @@ fn read_items(
             reason: format!("not JSON: {e}"),
         },
     };
-    if let Ok(Json::Array(all)) = scan::parse(items.get()) {
-        return Ok(all
-            .into_iter()
-            .enumerate()
-            .map(|(index, item)| read(index, Ok(item)))
-            .collect());
+    // Each item read as soon as it is parsed and its tree dropped: one item's tree at a
+    // time, not the page's.
+    let mut read_all = Vec::new();
+    if scan::each_element(items.get(), |item| {
+        read_all.push(read(read_all.len(), Ok(item)));
+    })
+    .is_ok()
+    {
+        return Ok(read_all);
     }
     Ok(crate::sender::item_texts(items)?
         .into_iter()

@@ -32,6 +32,9 @@
 //! into it), to see where a size's time goes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
 
+#[path = "node/install.rs"]
+mod node_install;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
@@ -560,17 +563,7 @@ fn stage_split(run: &Run) -> String {
 /// installs its one package (`pg`, pinned by its lockfile) first. Returns its items/s
 /// and the rows it applied, or `None` without Node.
 fn node_sweep(base: &str, url: &str) -> Option<(f64, u64)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node");
-    if !dir.join("node_modules/pg").exists() {
-        let st = Command::new("npm")
-            .args(["ci", "--silent", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .status()
-            .ok()?;
-        if !st.success() {
-            return None;
-        }
-    }
+    let dir = node_install::node_dir()?;
     let out = Command::new("node")
         .arg(dir.join("reconcile.mjs"))
         .args([base, url])

@@ -26,6 +26,9 @@
 //! (default postgres://postgres@127.0.0.1:5432).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
 
+#[path = "node/install.rs"]
+mod node_install;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -471,17 +474,7 @@ fn exactly_once(backend: Backend, url: &str, run: &Run, a: &Args) -> (bool, i64,
 /// generator) during it. `None` without Node.
 fn node_run(rt: &tokio::runtime::Runtime, a: &Args) -> Option<NodeRun> {
     use std::io::BufRead;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node");
-    if !dir.join("node_modules/pg").exists() {
-        let st = Command::new("npm")
-            .args(["ci", "--silent", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .status()
-            .ok()?;
-        if !st.success() {
-            return None;
-        }
-    }
+    let dir = node_install::node_dir()?;
     let (url, name) = fresh_pg_db("node");
     rt.block_on(async {
         drop(Application::build(config(&url, 1, "full")).await.unwrap());

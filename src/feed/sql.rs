@@ -20,33 +20,32 @@ struct Count {
 pub(crate) fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     match conn {
         Conn::Postgres(c) => {
-            // Two prepared statements, this transaction's rows only, found through the
-            // txid index (dead rows of earlier transactions are never scanned). The
+            // One prepared statement, this transaction's rows only, found through the
+            // txid index (dead rows of earlier transactions are never scanned): the
+            // pending rows are moved, counted, numbered and inserted in one round trip,
+            // so the counter's lock is held for that statement and the commit only. The
             // counter is updated only when there is something to number: a transaction
             // that changed nothing takes no lock and does not wait for others.
-            let numbered: Option<Numbered> = prepared(query(
+            // (Data-modifying CTEs always run to completion, whether or not the outer
+            // query reads them.)
+            let numbered: Option<Count> = prepared(query(
                 Backend::Postgres,
-                "UPDATE change_seq SET last = last + p.n \
-                 FROM (SELECT COUNT(*) AS n FROM change_pending WHERE txid = txid_current()) AS p \
-                 WHERE p.n > 0 RETURNING last, p.n AS n",
+                "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
+                 RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id), \
+                 counted AS (SELECT COUNT(*) AS n FROM moved), \
+                 numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
+                 WHERE counted.n > 0 RETURNING last, counted.n AS n), \
+                 inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
+                 SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
+                 m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id \
+                 FROM moved m CROSS JOIN numbered) \
+                 SELECT n FROM numbered",
             ))
             .get_result(c)
             .optional()?;
-            let Some(Numbered { last, n }) = numbered else {
+            let Some(Count { n }) = numbered else {
                 return Ok(0);
             };
-            prepared(
-                query(
-                    Backend::Postgres,
-                    "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
-                     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id) \
-                     INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
-                     SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, account, kind, id, version, deleted, state, origin, event_id \
-                     FROM moved",
-                )
-                .bind::<BigInt, _>(last - n),
-            )
-            .execute(c)?;
             Ok(n)
         }
         // One writer at a time: every pending row is this transaction's.
@@ -93,14 +92,6 @@ pub(crate) fn vacuum_change_pending(conn: &mut Conn) -> diesel::QueryResult<()> 
         Conn::Postgres(c) => c.batch_execute("VACUUM (SKIP_LOCKED) change_pending, change_seq"),
         Conn::Sqlite(_) => Ok(()),
     }
-}
-
-#[derive(diesel::QueryableByName)]
-struct Numbered {
-    #[diesel(sql_type = BigInt)]
-    last: i64,
-    #[diesel(sql_type = BigInt)]
-    n: i64,
 }
 
 /// One row of the feed.

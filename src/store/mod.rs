@@ -310,53 +310,21 @@ fn apply_deliveries(
 ) -> diesel::QueryResult<(Vec<Outcome>, Published)> {
     let mut by_event: Vec<&Delivery> = deliveries.iter().collect();
     by_event.sort_by(|a, b| a.event_key().cmp(&b.event_key()));
-    let claims: Vec<Claim<'_>> = by_event
-        .iter()
-        .map(|d| Claim {
-            source: &d.source,
-            event_id: &d.event_id,
-            event_type: &d.event_type,
-            // The common case, recorded up front; stale and conflict are corrected
-            // below, in this same transaction.
-            outcome: if d.change.is_some() {
-                Outcome::Applied
-            } else {
-                Outcome::Ignored
-            },
-            body_digest: d.body_digest.as_deref(),
-            resource: d.change.as_ref().map(|c| c.key()),
-        })
-        .collect();
-    let taken = sql::claim_many(conn, &claims)?;
-    let claimed: HashSet<(&str, &str)> = taken
-        .iter()
-        .map(|(s, e)| (s.as_str(), e.as_str()))
-        .collect();
-    let is_claimed = |d: &Delivery| claimed.contains(&d.event_key());
-
-    let mut rows: Vec<(&Change, Option<&str>)> = deliveries
-        .iter()
-        .filter(|d| is_claimed(d))
-        .filter_map(|d| d.change.as_ref().map(|c| (c, Some(d.event_id.as_str()))))
-        .collect();
-    rows.sort_by(|a, b| a.0.key().cmp(&b.0.key()));
-    let mut upserted: Vec<ResourceKey> = Vec::new();
-    for chunk in rows.chunks(MAX_BATCH_ROWS) {
-        upserted.extend(sql::upsert_many(
-            conn,
-            chunk,
-            Origin::Webhook,
-            Guard::NewerOnly,
-        )?);
-    }
+    let (recorded, upserted) = match conn {
+        Conn::Postgres(c) => claim_and_write(c, &by_event)?,
+        Conn::Sqlite(_) => claim_then_write(conn, &by_event)?,
+    };
     let written: HashSet<ResourceKey<&str>> = upserted.iter().map(ResourceKey::as_ref).collect();
+    let recorded_of = |d: &Delivery| recorded.get(&d.event_key()).copied();
 
-    // Claimed changes the guard refused: their rows exist and this transaction holds
-    // their locks (PostgreSQL) or the database's (SQLite), so one read per kind is
-    // current; then one update per outcome labels them stale or conflict.
-    let refused: Vec<&Delivery> = deliveries
+    // Claimed changes not written whose recorded label may be wrong: their rows exist
+    // and this transaction holds their locks (PostgreSQL) or the database's (SQLite), so
+    // one read per kind is current. A `stale` recorded from a newer stored version
+    // stays true: the guard only lets versions rise, and a row gone would have been
+    // written.
+    let unsure: Vec<&Delivery> = deliveries
         .iter()
-        .filter(|d| is_claimed(d))
+        .filter(|d| recorded_of(d).is_some_and(|o| o != Outcome::Stale))
         .filter(|d| {
             d.change
                 .as_ref()
@@ -364,7 +332,7 @@ fn apply_deliveries(
         })
         .collect();
     let mut by_kind: BTreeMap<Key, Vec<&str>> = BTreeMap::new();
-    for d in &refused {
+    for d in &unsure {
         if let Some(c) = &d.change {
             let key = Key::new(c.source.as_str(), c.kind.as_str()).in_account(c.account.as_str());
             by_kind.entry(key).or_default().push(&c.id);
@@ -381,21 +349,26 @@ fn apply_deliveries(
     let mut labels: BTreeMap<(&str, &'static str), (Outcome, Vec<&str>)> = BTreeMap::new();
     let mut outcomes = Vec::with_capacity(deliveries.len());
     for d in deliveries {
-        let outcome = match (&d.change, is_claimed(d)) {
-            (_, false) => Outcome::Duplicate,
-            (None, true) => Outcome::Ignored,
-            (Some(c), true) if written.contains(&c.key()) => Outcome::Applied,
-            (Some(c), true) => {
+        let Some(recorded) = recorded_of(d) else {
+            outcomes.push(Outcome::Duplicate);
+            continue;
+        };
+        let outcome = match &d.change {
+            None => Outcome::Ignored,
+            Some(c) if written.contains(&c.key()) => Outcome::Applied,
+            Some(_) if recorded == Outcome::Stale => Outcome::Stale,
+            Some(c) => {
                 let row = stored.get(&c.key().to_owned());
-                let outcome = guard::classify_unapplied(row.map(|s| s.view()), c);
-                labels
-                    .entry((d.source.as_str(), outcome.as_str()))
-                    .or_insert_with(|| (outcome, Vec::new()))
-                    .1
-                    .push(&d.event_id);
-                outcome
+                guard::classify_unapplied(row.map(|s| s.view()), c)
             }
         };
+        if outcome != recorded {
+            labels
+                .entry((d.source.as_str(), outcome.as_str()))
+                .or_insert_with(|| (outcome, Vec::new()))
+                .1
+                .push(&d.event_id);
+        }
         outcomes.push(outcome);
     }
     for ((source, _), (outcome, ids)) in labels {
@@ -407,6 +380,109 @@ fn apply_deliveries(
     // group of duplicates and stale events wrote no row and has nothing to publish.
     let published = outbox::publish(conn, upserted.len())?;
     Ok((outcomes, published))
+}
+
+/// The outcome each claim taken recorded, by event key, and the resources written.
+type Claimed<'d> = (HashMap<(&'d str, &'d str), Outcome>, Vec<ResourceKey>);
+
+/// PostgreSQL: the claims and the guarded upsert in one statement (`sql::claim_and_write`).
+fn claim_and_write<'d>(
+    conn: &mut diesel::PgConnection,
+    by_event: &[&'d Delivery],
+) -> diesel::QueryResult<Claimed<'d>> {
+    let mut by_resource: Vec<&Delivery> = by_event
+        .iter()
+        .copied()
+        .filter(|d| d.change.is_some())
+        .collect();
+    by_resource.sort_by(|a, b| a.resource_key().cmp(&b.resource_key()));
+    let rank: HashMap<(&str, &str), i32> = by_resource
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.event_key(), i as i32))
+        .collect();
+    let events: Vec<sql::ClaimWrite<'_>> = by_event
+        .iter()
+        .map(|d| sql::ClaimWrite {
+            source: &d.source,
+            event_id: &d.event_id,
+            event_type: &d.event_type,
+            body_digest: d.body_digest.as_deref(),
+            change: d.change.as_ref().map(|c| (c, rank[&d.event_key()])),
+        })
+        .collect();
+    let taken = sql::claim_and_write(conn, &events)?;
+    let by_key: HashMap<(&str, &str), &'d Delivery> =
+        by_event.iter().map(|d| (d.event_key(), *d)).collect();
+    let mut recorded = HashMap::with_capacity(taken.len());
+    let mut upserted = Vec::new();
+    for row in &taken {
+        let Some(d) = by_key.get(&(row.source.as_str(), row.event_id.as_str())) else {
+            continue;
+        };
+        recorded.insert(d.event_key(), row.recorded());
+        if row.written {
+            if let Some(c) = &d.change {
+                upserted.push(c.key().to_owned());
+            }
+        }
+    }
+    Ok((recorded, upserted))
+}
+
+/// SQLite: the claims, then the claimed changes' guarded upsert. Each claim records the
+/// common outcome (applied, or ignored without a change).
+fn claim_then_write<'d>(
+    conn: &mut Conn,
+    by_event: &[&'d Delivery],
+) -> diesel::QueryResult<Claimed<'d>> {
+    let claims: Vec<Claim<'_>> = by_event
+        .iter()
+        .map(|d| Claim {
+            source: &d.source,
+            event_id: &d.event_id,
+            event_type: &d.event_type,
+            outcome: if d.change.is_some() {
+                Outcome::Applied
+            } else {
+                Outcome::Ignored
+            },
+            body_digest: d.body_digest.as_deref(),
+            resource: d.change.as_ref().map(|c| c.key()),
+        })
+        .collect();
+    let taken: HashSet<(String, String)> = sql::claim_many(conn, &claims)?.into_iter().collect();
+    let claimed: Vec<&'d Delivery> = by_event
+        .iter()
+        .copied()
+        .filter(|d| taken.contains(&(d.source.clone(), d.event_id.clone())))
+        .collect();
+    let recorded = claimed
+        .iter()
+        .map(|d| {
+            let outcome = if d.change.is_some() {
+                Outcome::Applied
+            } else {
+                Outcome::Ignored
+            };
+            (d.event_key(), outcome)
+        })
+        .collect();
+    let mut rows: Vec<(&Change, Option<&str>)> = claimed
+        .iter()
+        .filter_map(|d| d.change.as_ref().map(|c| (c, Some(d.event_id.as_str()))))
+        .collect();
+    rows.sort_by(|a, b| a.0.key().cmp(&b.0.key()));
+    let mut upserted = Vec::new();
+    for chunk in rows.chunks(MAX_BATCH_ROWS) {
+        upserted.extend(sql::upsert_many(
+            conn,
+            chunk,
+            Origin::Webhook,
+            Guard::NewerOnly,
+        )?);
+    }
+    Ok((recorded, upserted))
 }
 
 fn apply_batch(

@@ -56,7 +56,72 @@ both_backends!(
     a_delivery_the_database_refuses_fails_alone_and_the_rest_of_its_group_commits,
     every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_their_state,
     the_same_id_in_two_accounts_is_two_rows_each_with_its_own_guard,
+    a_concurrent_burst_of_every_outcome_records_what_it_answers,
 );
+
+/// Groups mix every outcome (on PostgreSQL the claim records a predicted outcome and
+/// only the unsure ones are relabelled): each event's answer, its recorded outcome and
+/// the rows must agree.
+async fn a_concurrent_burst_of_every_outcome_records_what_it_answers(b: Backend) {
+    use rand::seq::SliceRandom;
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    for i in 0..40 {
+        let first = delivery(&format!("first_{i}"), order(&format!("o{i}"), 5, "paid"));
+        assert_eq!(store.apply_event(first).await.unwrap(), Outcome::Applied);
+    }
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        let id = format!("o{i}");
+        let (change, want) = match i % 4 {
+            0 => (order(&id, 3, "new"), Outcome::Stale),
+            1 => (order(&id, 5, "paid"), Outcome::Stale),
+            2 => (order(&id, 5, "refunded"), Outcome::Conflict),
+            _ => (order(&id, 7, "shipped"), Outcome::Applied),
+        };
+        expected.push((delivery(&format!("evt_{i}"), change), want));
+    }
+    for i in 0..20 {
+        let change = order(&format!("n{i}"), 1, "new");
+        expected.push((delivery(&format!("new_{i}"), change), Outcome::Applied));
+    }
+    let mut burst: Vec<Delivery> = expected
+        .iter()
+        .flat_map(|(d, _)| [d.clone(), d.clone()])
+        .collect();
+    burst.shuffle(&mut rand::rng());
+    let results = futures_join(burst.into_iter().map(|d| {
+        let s = store.clone();
+        async move { (d.event_id.clone(), s.apply_event(d).await.unwrap()) }
+    }))
+    .await;
+    for (d, want) in &expected {
+        let answers: Vec<Outcome> = results
+            .iter()
+            .filter(|(e, _)| *e == d.event_id)
+            .map(|(_, o)| *o)
+            .collect();
+        assert!(
+            answers.contains(want) && answers.contains(&Outcome::Duplicate),
+            "{}: answered {answers:?}, want {want:?} and a duplicate",
+            d.event_id
+        );
+        assert_eq!(
+            db.event_outcome("shop", &d.event_id).as_deref(),
+            Some(want.as_str()),
+            "{} recorded",
+            d.event_id
+        );
+        let c = d.change.as_ref().unwrap();
+        let row = db.resource("shop", "order", &c.id).unwrap();
+        let stored = if *want == Outcome::Applied {
+            c.version
+        } else {
+            5
+        };
+        assert_eq!(row.version, stored, "{}", c.id);
+    }
+}
 
 async fn a_repeated_delivery_applies_the_effect_once(b: Backend) {
     let db = TestDb::new(b);

@@ -2,8 +2,11 @@
 //! (`processed_events`, the claim; `dead_letters`) and `resources` (the guarded upsert,
 //! the tie rule in SQL, local reads, tombstones). Only `store` calls them.
 
+mod claim_write;
 mod events;
 mod resources;
+
+pub(crate) use claim_write::{ClaimWrite, claim_and_write};
 
 pub(crate) use events::{
     Claim, claim_many, claim_sql, claims_of, dead_letter_counts, dead_letters, delete_dead_letter,

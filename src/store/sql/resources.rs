@@ -12,7 +12,7 @@ use crate::db::{Conn, DbTime, on_conn};
 
 const COLUMNS_PER_ROW: usize = 10;
 
-const RESOURCE_COLUMNS: &str = "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest)";
+pub(super) const RESOURCE_COLUMNS: &str = "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest)";
 
 /// `INSERT .. ON CONFLICT DO UPDATE .. WHERE <guard>` for `rows` resources.
 /// The guard is evaluated against the row as it is when the statement locks it, so a
@@ -73,7 +73,7 @@ pub(crate) fn guard_condition(backend: Backend, guard: Guard) -> String {
 }
 
 /// The version guard: `ON CONFLICT .. DO UPDATE .. WHERE`, shared by every resource write.
-fn conflict_clause(backend: Backend, guard: Guard) -> String {
+pub(super) fn conflict_clause(backend: Backend, guard: Guard) -> String {
     format!(
         " ON CONFLICT (source, account, kind, id) DO UPDATE SET \
          version = excluded.version, \

@@ -451,23 +451,17 @@ fn claim_then_write<'d>(
             resource: d.change.as_ref().map(|c| c.key()),
         })
         .collect();
-    let taken: HashSet<(String, String)> = sql::claim_many(conn, &claims)?.into_iter().collect();
-    let claimed: Vec<&'d Delivery> = by_event
+    let taken = sql::claim_many(conn, &claims)?;
+    let taken: HashSet<(&str, &str)> = taken
         .iter()
-        .copied()
-        .filter(|d| taken.contains(&(d.source.clone(), d.event_id.clone())))
+        .map(|(s, e)| (s.as_str(), e.as_str()))
         .collect();
-    let recorded = claimed
+    let (claimed, recorded): (Vec<&'d Delivery>, HashMap<_, _>) = by_event
         .iter()
-        .map(|d| {
-            let outcome = if d.change.is_some() {
-                Outcome::Applied
-            } else {
-                Outcome::Ignored
-            };
-            (d.event_key(), outcome)
-        })
-        .collect();
+        .zip(&claims)
+        .filter(|(d, _)| taken.contains(&d.event_key()))
+        .map(|(d, claim)| (*d, (d.event_key(), claim.outcome)))
+        .unzip();
     let mut rows: Vec<(&Change, Option<&str>)> = claimed
         .iter()
         .filter_map(|d| d.change.as_ref().map(|c| (c, Some(d.event_id.as_str()))))

@@ -4,7 +4,8 @@
 //! group sizes the receiver's group commit saw (from its /metrics) and, on PostgreSQL,
 //! the CPU per delivery of PostgreSQL's processes and of the receiver (from /proc; the
 //! load generator runs on threads of its own, counted apart, as the Node receiver's
-//! figure counts its process only); then `pgbench` running
+//! figure counts its process only) and how often the receiver's threads were switched
+//! out a delivery (its jemalloc is the daemon's); then `pgbench` running
 //! the product's claim and guarded upsert (`store::baseline::claim_sql`, `upsert_sql`: per-row
 //! VALUES lists with literals, planned every time, where the product binds arrays to
 //! statements prepared once) with the same concurrency and mix, twice: one
@@ -46,6 +47,11 @@ use webhook_reconciler::signature as sign;
 use webhook_reconciler::store::baseline::{claim_sql, upsert_sql};
 
 const SECRET: &str = "bench-secret";
+
+// The product's allocator (src/main.rs): the receiver measured here is the daemon's,
+// allocations included.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 struct Args {
     backends: Vec<Backend>,
@@ -576,6 +582,34 @@ fn own_cpu_seconds() -> (f64, f64) {
     (receiver as f64 / 100.0, load as f64 / 100.0)
 }
 
+/// Context switches (voluntary + involuntary) so far of the receiver's threads (every
+/// thread of this process but the load generator's), from /proc/self/task: how often
+/// its threads went to sleep and were woken, which is where most of its CPU goes.
+fn own_switches() -> u64 {
+    let mut switches = 0u64;
+    for entry in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        if comm.trim_end().ends_with(LOAD_THREAD) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        switches += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    switches
+}
+
 /// utime + stime from the fields after `comm` in /proc/PID/stat (fields 14 and 15,
 /// in clock ticks of 1/100 s).
 fn cpu_ticks(after_comm: &str) -> u64 {
@@ -659,15 +693,16 @@ fn main() {
                 }
                 let addr = app.local_addr();
                 let server = tokio::spawn(app.run_until(std::future::pending()));
-                let before = (postgres_cpu_seconds(), own_cpu_seconds());
+                let before = (postgres_cpu_seconds(), own_cpu_seconds(), own_switches());
                 let run = drive(addr, a.events, a.orders, a.concurrency).await;
-                let after = (postgres_cpu_seconds(), own_cpu_seconds());
+                let after = (postgres_cpu_seconds(), own_cpu_seconds(), own_switches());
                 let groups = group_sizes(addr).await;
                 server.abort();
                 let cpu = (
                     after.0 - before.0,
                     after.1.0 - before.1.0,
                     after.1.1 - before.1.1,
+                    after.2 - before.2,
                 );
                 (run, cpu, groups)
             })
@@ -713,6 +748,10 @@ fn main() {
                 1000.0 * cpu.2 / run.deliveries as f64,
                 1000.0 * (cpu.0 + cpu.1) / run.deliveries as f64,
                 1000.0 * (cpu.0 + cpu.1 + cpu.2) / run.deliveries as f64
+            );
+            println!(
+                "          the receiver's threads were switched out {:.2} times a delivery (voluntary + involuntary, /proc/self/task/*/status)",
+                cpu.3 as f64 / run.deliveries as f64
             );
             if let Some(NodeRun {
                 run: node_load,

@@ -377,6 +377,14 @@ impl Bookkeeping {
         self.db.read(move |c| sql::recent_runs(c, &k, limit)).await
     }
 
+    /// How many items the kind's last successful full sweep listed.
+    pub async fn last_full_sweep_size(&self, key: &Key) -> Result<Option<i64>, DbError> {
+        let k = key.clone();
+        self.db
+            .read(move |c| sql::last_full_sweep_size(c, &k))
+            .await
+    }
+
     /// The runs of `key` that were running at `at` (text of a stored time).
     pub async fn runs_at(&self, key: &Key, at: &str) -> Result<Vec<RunRow>, DbError> {
         let (k, at) = (key.clone(), at.to_string());

@@ -15,7 +15,8 @@ const DELETE_SCAN_PAGE: i64 = 10_000;
 /// Up to this many seen ids are kept exactly (8 bytes each: 8 MiB at most); past it,
 /// [`SeenIds`] becomes a Bloom filter. Both live at once while it switches: at 2M
 /// (16 MiB) a sweep of 10M items peaked at 68 MiB, over the 64 MiB the daemon is sized
-/// for.
+/// for; at 1M (8 MiB) it peaked at 68.2 MiB again on 2026-12-04, so a kind whose last
+/// full sweep listed more starts with the filter ([`SeenIds::for_kind_of`]).
 const EXACT_UP_TO: usize = 1_000_000;
 /// The Bloom filter's false-positive rate: the share of deleted rows a sweep keeps.
 const BLOOM_FP_RATE: f64 = 0.001;
@@ -24,8 +25,9 @@ const BLOOM_FP_RATE: f64 = 0.001;
 /// that were live locally (a row the sweep itself wrote is never a candidate, so a first
 /// sync records nothing). Kept as 64-bit hashes, sorted once the sweep is complete
 /// (8 bytes an item whatever the id's length; a hash set costs twice that) up to
-/// [`EXACT_UP_TO`]; a larger kind moves them into a Bloom filter (~1.8 bytes an item at
-/// 0.1%), so a sweep of 10M rows stays within tens of MiB. Both can only err on one
+/// [`EXACT_UP_TO`]; a larger kind keeps them in a Bloom filter (~1.8 bytes an item at
+/// 0.1%), from the start when its last full sweep listed more, so a sweep of 10M rows
+/// stays within tens of MiB. Both can only err on one
 /// side: a collision or a false positive makes a deleted row look seen, which keeps it
 /// for one more sweep (the hash seed is new each sweep), never tombstones a live one.
 #[derive(Default)]
@@ -44,6 +46,21 @@ pub(super) struct SeenIds {
 }
 
 impl SeenIds {
+    /// The set for a sweep of a kind whose last complete full sweep listed
+    /// `last_listed` items: a Bloom filter from the start when that was more than the
+    /// exact set holds (no exact set to fill and then hold beside the filter while it
+    /// switches), exact otherwise. A kind that grew past its filter's size only keeps a
+    /// few more deleted rows for one more sweep.
+    pub fn for_kind_of(last_listed: Option<i64>) -> Self {
+        let mut seen = Self::default();
+        if let Some(n) = last_listed.and_then(|n| usize::try_from(n).ok()) {
+            if n > EXACT_UP_TO {
+                seen.switch_to_bloom(n);
+            }
+        }
+        seen
+    }
+
     fn hash(&self, id: &str) -> u64 {
         self.state.hash_one(id)
     }
@@ -148,6 +165,28 @@ mod tests {
                 .count();
             assert_eq!(others, 0, "{n}");
         }
+    }
+
+    #[test]
+    fn a_kind_listed_past_the_exact_bound_starts_with_the_filter_and_misses_no_seen_id() {
+        for last in [
+            None,
+            Some(-1),
+            Some(0),
+            Some(1000),
+            Some(EXACT_UP_TO as i64),
+        ] {
+            assert!(SeenIds::for_kind_of(last).bloom.is_none(), "{last:?}");
+        }
+        let mut seen = SeenIds::for_kind_of(Some(EXACT_UP_TO as i64 + 1));
+        assert!(seen.bloom.is_some());
+        assert!(seen.exact.capacity() == 0 && !seen.wants_bloom());
+        for i in 0..5000 {
+            seen.insert(&format!("id-{i}"));
+        }
+        seen.seal();
+        assert!(seen.exact.is_empty());
+        assert!((0..5000).all(|i| seen.contains(&format!("id-{i}"))));
     }
 
     #[test]

@@ -177,11 +177,19 @@ impl Reconciler {
         run.report.resumed = resumed;
         run.report.mode = mode;
         let mut pages = match kind.listing {
-            Listing::Resources => Pages::Resources(Box::new(ResourcePages {
-                detect: kind.detect_deletes && mode == Mode::Full && !resumed,
-                seen: SeenIds::default(),
-                unreadable_ids: false,
-            })),
+            Listing::Resources => {
+                let detect = kind.detect_deletes && mode == Mode::Full && !resumed;
+                let seen = if detect {
+                    SeenIds::for_kind_of(self.book.last_full_sweep_size(&run.key()).await?)
+                } else {
+                    SeenIds::default()
+                };
+                Pages::Resources(Box::new(ResourcePages {
+                    detect,
+                    seen,
+                    unreadable_ids: false,
+                }))
+            }
             Listing::Events => Pages::Events,
         };
         let mut watermark: Option<i64> = None;

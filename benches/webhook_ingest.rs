@@ -559,55 +559,51 @@ fn load_runtime() -> &'static tokio::runtime::Runtime {
 
 const LOAD_THREAD: &str = "bench-load";
 
-/// CPU seconds used so far by this process's threads: (the receiver's, every thread
-/// but the load generator's; the load generator's), from /proc/self/task.
-fn own_cpu_seconds() -> (f64, f64) {
-    let (mut receiver, mut load) = (0u64, 0u64);
-    for entry in std::fs::read_dir("/proc/self/task")
+/// This process's threads, from /proc/self/task: each one's directory and whether it
+/// is the load generator's (every other thread is the receiver's).
+fn own_threads() -> impl Iterator<Item = (std::path::PathBuf, bool)> {
+    std::fs::read_dir("/proc/self/task")
         .into_iter()
         .flatten()
         .flatten()
-    {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+        .filter_map(|entry| {
+            let dir = entry.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            let load = comm.trim_end().ends_with(LOAD_THREAD);
+            Some((dir, load))
+        })
+}
+
+/// CPU seconds used so far by this process's threads: (the receiver's; the load
+/// generator's).
+fn own_cpu_seconds() -> (f64, f64) {
+    let (mut receiver, mut load) = (0u64, 0u64);
+    for (dir, is_load) in own_threads() {
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
             continue;
         };
-        if let Some((comm, rest)) = stat.split_once(") ") {
-            if comm.ends_with(LOAD_THREAD) {
-                load += cpu_ticks(rest);
-            } else {
-                receiver += cpu_ticks(rest);
-            }
+        if let Some((_, rest)) = stat.split_once(") ") {
+            *if is_load { &mut load } else { &mut receiver } += cpu_ticks(rest);
         }
     }
     (receiver as f64 / 100.0, load as f64 / 100.0)
 }
 
-/// Context switches (voluntary + involuntary) so far of the receiver's threads (every
-/// thread of this process but the load generator's), from /proc/self/task: how often
-/// its threads went to sleep and were woken, which is where most of its CPU goes.
+/// Context switches (voluntary + involuntary) so far of the receiver's threads: how
+/// often they went to sleep and were woken (`perf` put about a quarter of the
+/// receiver's CPU there).
 fn own_switches() -> u64 {
-    let mut switches = 0u64;
-    for entry in std::fs::read_dir("/proc/self/task")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
-            continue;
-        };
-        if comm.trim_end().ends_with(LOAD_THREAD) {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
-            continue;
-        };
-        switches += status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches:"))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-            .sum::<u64>();
-    }
-    switches
+    own_threads()
+        .filter(|(_, is_load)| !is_load)
+        .filter_map(|(dir, _)| std::fs::read_to_string(dir.join("status")).ok())
+        .map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// utime + stime from the fields after `comm` in /proc/PID/stat (fields 14 and 15,

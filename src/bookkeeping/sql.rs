@@ -481,27 +481,28 @@ pub(crate) fn recent_runs(
         .load(c))
 }
 
+/// A single count.
 #[derive(diesel::QueryableByName)]
-struct Scanned {
+struct N {
     #[diesel(sql_type = BigInt)]
-    scanned: i64,
+    n: i64,
 }
 
 /// How many items the kind's last successful full sweep listed (`None`: none yet).
 pub(crate) fn last_full_sweep_size(conn: &mut Conn, key: &Key) -> diesel::QueryResult<Option<i64>> {
     let q = query(
         conn.backend(),
-        "SELECT scanned FROM reconcile_runs WHERE source = $1 AND account = $2 AND kind = $3 \
+        "SELECT scanned AS n FROM reconcile_runs WHERE source = $1 AND account = $2 AND kind = $3 \
          AND mode = $4 AND status = $5 ORDER BY started_at DESC, id DESC LIMIT 1",
     );
-    let mut rows: Vec<Scanned> = on_conn!(conn, c => q
+    let mut rows: Vec<N> = on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.account.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(Mode::Full.as_str())
         .bind::<Text, _>(RunState::Succeeded.as_str())
         .load(c))?;
-    Ok(rows.pop().map(|r| r.scanned))
+    Ok(rows.pop().map(|r| r.n))
 }
 
 /// The last retention pass.
@@ -589,11 +590,6 @@ pub(crate) fn reconcile_paused(
         conn.backend(),
         "SELECT COUNT(*) AS n FROM reconcile_paused WHERE source = $1 AND (kind = $2 OR kind = '')",
     );
-    #[derive(diesel::QueryableByName)]
-    struct N {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
     Ok(
         on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).get_result::<N>(c))?.n
             > 0,

@@ -27,9 +27,9 @@ const BLOOM_FP_RATE: f64 = 0.001;
 /// (8 bytes an item whatever the id's length; a hash set costs twice that) up to
 /// [`EXACT_UP_TO`]; a larger kind keeps them in a Bloom filter (~1.8 bytes an item at
 /// 0.1%), from the start when its last full sweep listed more, so a sweep of 10M rows
-/// stays within tens of MiB. Both can only err on one
-/// side: a collision or a false positive makes a deleted row look seen, which keeps it
-/// for one more sweep (the hash seed is new each sweep), never tombstones a live one.
+/// stays within tens of MiB. Both can only err on one side: a collision or a false
+/// positive makes a deleted row look seen, which keeps it for one more sweep (the hash
+/// seed is new each sweep), never tombstones a live one.
 #[derive(Default)]
 pub(super) struct SeenIds {
     state: std::collections::hash_map::RandomState,

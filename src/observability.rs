@@ -174,11 +174,35 @@ pub struct KindFreshness {
     pub overdue: bool,
 }
 
-/// Freshness of every scheduled kind with a list endpoint.
+/// Freshness of every scheduled kind with a list endpoint. With many accounts, a kind
+/// is as fresh as its stalest account: the accounts a run covers now (the source's own,
+/// `""`, where it reconciles one, and its enabled registered accounts), each aged by its
+/// last success, or, for a registered account that never succeeded, by the time since it
+/// was added (an account onboarded a minute ago is not overdue; one that has failed
+/// since it was added a day ago is). Disabled and removed accounts' runs do not count.
 pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFreshness>, DbError> {
     let ages = book.last_success_ages().await?;
+    let onboarded = if config.sources.iter().any(|s| s.accounts.is_some()) {
+        book.enabled_account_ages().await?
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::new();
     for source in &config.sources {
+        // Each account the source's runs cover, with its age when it never succeeded
+        // (`None`: the source's own account, never succeeded means never).
+        let mut accounts: Vec<(&str, Option<f64>)> = Vec::new();
+        if crate::reconcile::Reconciler::reconciles_own_account(source) {
+            accounts.push(("", None));
+        }
+        if source.accounts.is_some() {
+            accounts.extend(
+                onboarded
+                    .iter()
+                    .filter(|a| a.source == source.name)
+                    .map(|a| (a.account.as_str(), Some(a.age_seconds))),
+            );
+        }
         let stale_after = source
             .reconcile
             .stale_after
@@ -200,18 +224,32 @@ pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFr
             } else {
                 stale_after
             };
-            let age = ages
+            let age_of = |account: &str, never: Option<f64>| {
+                ages.iter()
+                    .find(|a| {
+                        a.source == source.name && a.account == account && a.kind == kind.name
+                    })
+                    .map(|a| a.age_seconds)
+                    .or(never)
+                    .map(|age| age.max(0.0))
+            };
+            // The stalest account; `None` if one never succeeded.
+            let age = accounts
                 .iter()
-                .find(|a| a.source == source.name && a.kind == kind.name)
-                .map(|a| a.age_seconds.max(0.0));
+                .map(|(account, never)| age_of(account, *never))
+                .try_fold(0.0_f64, |stalest, age| age.map(|a| stalest.max(a)));
             let limit = stale_after.map(|d| d.as_secs_f64());
             let overdue = match (limit, age) {
+                // No account to run (a platform before its first account): nothing
+                // can be overdue.
+                _ if accounts.is_empty() => false,
                 (Some(limit), Some(age)) => age > limit,
                 // Never succeeded: overdue once the process could have run it, which
                 // the caller judges by its uptime; here, only if a limit exists.
                 (Some(_), None) => true,
                 (None, _) => false,
             };
+            let age = age.filter(|_| !accounts.is_empty());
             out.push(KindFreshness {
                 source: source.name.clone(),
                 kind: kind.name.clone(),

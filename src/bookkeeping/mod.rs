@@ -15,7 +15,7 @@ mod sql;
 
 use crate::change::Key;
 use crate::db::{Conn, Db, DbError, DbTime};
-pub use sql::{Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
+pub use sql::{AccountAge, Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
 
 /// `reconcile_runs.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -366,9 +366,15 @@ impl Bookkeeping {
 
 /// Reads for `status`, `/readyz` and the metrics, and retention of run records.
 impl Bookkeeping {
-    /// Seconds since the last successful run of each (source, kind) that has one.
+    /// Seconds since the last successful run of each (source, account, kind) that has
+    /// one.
     pub async fn last_success_ages(&self) -> Result<Vec<SuccessAge>, DbError> {
         self.db.read(sql::last_success_ages).await
+    }
+
+    /// Seconds since each enabled registered account was added.
+    pub async fn enabled_account_ages(&self) -> Result<Vec<AccountAge>, DbError> {
+        self.db.read(sql::enabled_account_ages).await
     }
 
     /// The kind's latest `limit` runs, newest first.

@@ -405,7 +405,7 @@ pub(crate) fn finish_prune(
     Ok(())
 }
 
-/// Age of the last successful run of each (source, kind) that has one.
+/// Age of the last successful run of each (source, account, kind) that has one.
 #[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
 pub struct SuccessAge {
     #[diesel(sql_type = Text)]
@@ -426,6 +426,30 @@ pub(crate) fn last_success_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<Succ
             "SELECT source, account, kind, {} AS age_seconds FROM (SELECT source, account, kind, MAX(finished_at) AS last FROM reconcile_runs \
              WHERE status = 'succeeded' GROUP BY source, account, kind) t",
             age_secs(b, "last")
+        ),
+    );
+    on_conn!(conn, c => q.load(c))
+}
+
+/// Seconds since each enabled registered account was added: how long an account that
+/// never succeeded has gone without a run (the accounts table, read for freshness).
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct AccountAge {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub account: String,
+    #[diesel(sql_type = Double)]
+    pub age_seconds: f64,
+}
+
+pub(crate) fn enabled_account_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<AccountAge>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT source, account, {} AS age_seconds FROM accounts WHERE enabled",
+            age_secs(b, "created_at")
         ),
     );
     on_conn!(conn, c => q.load(c))

@@ -538,3 +538,98 @@ async fn under_a_thousand_trickling_connections_the_watchdog_keeps_being_pinged(
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+both_backends!(a_kind_is_as_fresh_as_its_stalest_account_that_runs_now);
+
+/// With many accounts, `reconcile_seconds_since_success` and `overdue` are the stalest
+/// covered account's: not whichever account's run the database returned first, not a
+/// disabled or removed account's, and a registered account that never succeeded ages
+/// from when it was added.
+async fn a_kind_is_as_fresh_as_its_stalest_account_that_runs_now(b: Backend) {
+    let db = TestDb::new(b);
+    let sim = SimSender::start().await.unwrap();
+    sim.add_kind("orders", Style::Cursor);
+    sim.add_kind("refunds", Style::Cursor);
+    let text = reconcile_config(&db.url, &sim, Style::Cursor, "", "")
+        .replace("lease_ttl = \"3s\"", "lease_ttl = \"3s\"\nevery = \"1h\"")
+        + "\n[sources.shop.accounts]\nfrom = \"/account\"\n";
+    let config = Config::from_toml_str(&text).unwrap();
+    let handle = crate::helpers::handle_on(&db).await;
+    let book = webhook_reconciler::bookkeeping::Bookkeeping::new(handle.clone());
+    let registry = webhook_reconciler::accounts::Accounts::new(handle);
+    for account in ["acct_new", "acct_old", "acct_gone"] {
+        registry.add("shop", account, None, None).await.unwrap();
+    }
+    let ago = |secs: u32| match b {
+        Backend::Postgres => format!("now() - interval '{secs} seconds'"),
+        Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{secs} seconds')"),
+    };
+    let run = |account: &str, secs: u32| {
+        format!(
+            "INSERT INTO reconcile_runs (source, account, kind, mode, status, started_at, finished_at) VALUES ('shop', '{account}', 'order', 'full', 'succeeded', {0}, {0});",
+            ago(secs)
+        )
+    };
+    // The platform's own account a minute ago, one account now, one five hours ago (its
+    // newer failure does not count), and one that was removed, ten hours ago.
+    db.execute(
+        &[
+            run("", 60),
+            run("acct_new", 0),
+            run("acct_old", 5 * 3600),
+            run("acct_gone", 10 * 3600),
+        ]
+        .concat(),
+    );
+    db.execute(&format!("INSERT INTO reconcile_runs (source, account, kind, mode, status, started_at, finished_at) VALUES ('shop', 'acct_old', 'order', 'full', 'failed', {0}, {0})", ago(5)));
+    registry.remove("shop", "acct_gone").await.unwrap();
+    let order = || async {
+        let kinds = webhook_reconciler::observability::freshness(&book, &config)
+            .await
+            .unwrap();
+        let k = kinds.into_iter().find(|k| k.kind == "order").unwrap();
+        assert_eq!(k.stale_after_seconds, Some(3.0 * 3600.0));
+        (k.last_success_age_seconds, k.overdue)
+    };
+    let (age, overdue) = order().await;
+    let age = age.unwrap();
+    assert!(
+        (5.0 * 3600.0..6.0 * 3600.0).contains(&age),
+        "the stalest account is acct_old: {age}"
+    );
+    assert!(overdue);
+
+    // Disabled, acct_old no longer runs: the platform's own run a minute ago is the
+    // stalest.
+    registry
+        .set_enabled("shop", "acct_old", false)
+        .await
+        .unwrap();
+    let (age, overdue) = order().await;
+    assert!((60.0..3600.0).contains(&age.unwrap()), "{age:?}");
+    assert!(!overdue);
+
+    // An account added now that has not run yet is not overdue; one added four hours
+    // ago that never succeeded is.
+    registry
+        .add("shop", "acct_fresh", None, None)
+        .await
+        .unwrap();
+    let (age, overdue) = order().await;
+    assert!((60.0..3600.0).contains(&age.unwrap()), "{age:?}");
+    assert!(!overdue);
+    db.execute(&format!(
+        "UPDATE accounts SET created_at = {} WHERE account = 'acct_fresh'",
+        ago(4 * 3600)
+    ));
+    let (age, overdue) = order().await;
+    assert!(
+        (4.0 * 3600.0..5.0 * 3600.0).contains(&age.unwrap()),
+        "{age:?}"
+    );
+    assert!(overdue);
+
+    // The platform's own account never succeeded: never, and overdue.
+    db.execute("DELETE FROM reconcile_runs WHERE account = ''");
+    assert_eq!(order().await, (None, true));
+}

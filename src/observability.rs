@@ -182,6 +182,16 @@ pub struct KindFreshness {
 /// since it was added a day ago is). Disabled and removed accounts' runs do not count.
 pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFreshness>, DbError> {
     let ages = book.last_success_ages().await?;
+    // Looked up per account and kind: a map, so a scrape stays linear in the accounts.
+    let ages: std::collections::HashMap<(&str, &str, &str), f64> = ages
+        .iter()
+        .map(|a| {
+            (
+                (a.source.as_str(), a.account.as_str(), a.kind.as_str()),
+                a.age_seconds,
+            )
+        })
+        .collect();
     let onboarded = if config.sources.iter().any(|s| s.accounts.is_some()) {
         book.enabled_account_ages().await?
     } else {
@@ -225,11 +235,8 @@ pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFr
                 stale_after
             };
             let age_of = |account: &str, never: Option<f64>| {
-                ages.iter()
-                    .find(|a| {
-                        a.source == source.name && a.account == account && a.kind == kind.name
-                    })
-                    .map(|a| a.age_seconds)
+                ages.get(&(source.name.as_str(), account, kind.name.as_str()))
+                    .copied()
                     .or(never)
                     .map(|age| age.max(0.0))
             };

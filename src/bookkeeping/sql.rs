@@ -89,6 +89,16 @@ pub(crate) fn update_run(
         .bind::<BigInt, _>(id)
         .bind::<BigInt, _>(counts.skipped))
         .execute(c))?;
+    if status == RunState::Succeeded {
+        // Freshness reads this one row per account-kind, not the runs.
+        let q = query(
+            b,
+            "INSERT INTO reconcile_last_success (source, account, kind, succeeded_at) \
+             SELECT source, account, kind, finished_at FROM reconcile_runs WHERE id = $1 \
+             ON CONFLICT (source, account, kind) DO UPDATE SET succeeded_at = excluded.succeeded_at",
+        );
+        on_conn!(conn, c => q.bind::<BigInt, _>(id).execute(c))?;
+    }
     Ok(())
 }
 
@@ -423,9 +433,8 @@ pub(crate) fn last_success_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<Succ
     let q = query(
         b,
         &format!(
-            "SELECT source, account, kind, {} AS age_seconds FROM (SELECT source, account, kind, MAX(finished_at) AS last FROM reconcile_runs \
-             WHERE status = 'succeeded' GROUP BY source, account, kind) t",
-            age_secs(b, "last")
+            "SELECT source, account, kind, {} AS age_seconds FROM reconcile_last_success",
+            age_secs(b, "succeeded_at")
         ),
     );
     on_conn!(conn, c => q.load(c))

@@ -517,6 +517,16 @@ async fn two_replicas_share_forty_accounts_and_never_run_one_twice_at_once() {
          AND a.started_at < COALESCE(b.finished_at, now()) AND b.started_at < COALESCE(a.finished_at, now())",
     );
     assert_eq!(overlapping, 0, "account-kind runs overlapped");
+    // Each success was recorded as its account-kind's last, in the run's own commit (one
+    // statement: one snapshot, whatever the replicas commit meanwhile).
+    assert_eq!(
+        app.db.scalar(
+            "SELECT COUNT(*) AS n FROM reconcile_last_success l WHERE kind = 'customer' AND account <> '' \
+             AND succeeded_at = (SELECT MAX(finished_at) FROM reconcile_runs r WHERE r.source = l.source \
+             AND r.account = l.account AND r.kind = l.kind AND r.status = 'succeeded')"
+        ),
+        40
+    );
     let credentials = sim.credentials();
     for replica in ["sk_replica_one_1", "sk_replica_two_2"] {
         let n = credentials

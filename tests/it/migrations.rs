@@ -55,6 +55,13 @@ async fn the_account_columns_arrive_empty_on_every_existing_row_and_the_feed_car
         );
     }
     assert_eq!(db.count("processed_events"), 1);
+    // The run's success is its account-kind's last success (2026-12-05).
+    assert_eq!(
+        db.count(
+            "reconcile_last_success WHERE source = 'shop' AND account = '' AND kind = 'order'"
+        ),
+        1
+    );
     // The keys now include the account: the same id in another account is another row.
     db.execute(&format!(
         "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin) \

@@ -564,9 +564,11 @@ async fn a_kind_is_as_fresh_as_its_stalest_account_that_runs_now(b: Backend) {
         Backend::Postgres => format!("now() - interval '{secs} seconds'"),
         Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{secs} seconds')"),
     };
+    // A success as a run records it: its run, and the account-kind's last success.
     let run = |account: &str, secs: u32| {
         format!(
-            "INSERT INTO reconcile_runs (source, account, kind, mode, status, started_at, finished_at) VALUES ('shop', '{account}', 'order', 'full', 'succeeded', {0}, {0});",
+            "INSERT INTO reconcile_runs (source, account, kind, mode, status, started_at, finished_at) VALUES ('shop', '{account}', 'order', 'full', 'succeeded', {0}, {0}); \
+             INSERT INTO reconcile_last_success (source, account, kind, succeeded_at) VALUES ('shop', '{account}', 'order', {0});",
             ago(secs)
         )
     };
@@ -630,6 +632,6 @@ async fn a_kind_is_as_fresh_as_its_stalest_account_that_runs_now(b: Backend) {
     assert!(overdue);
 
     // The platform's own account never succeeded: never, and overdue.
-    db.execute("DELETE FROM reconcile_runs WHERE account = ''");
+    db.execute("DELETE FROM reconcile_runs WHERE account = ''; DELETE FROM reconcile_last_success WHERE account = ''");
     assert_eq!(order().await, (None, true));
 }

@@ -1,0 +1,1 @@
+DROP TABLE reconcile_last_success;

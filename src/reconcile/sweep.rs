@@ -203,9 +203,11 @@ impl Reconciler {
         // its own task (its items into changes, then its local rows: our parsing and
         // the database's read, which for consecutive pages run side by side on their
         // own connections), and this loop awaits the reads in page order, compares and
-        // writes. At most three reads run at once and six pages are in memory. A read
-        // taken before an earlier page's commit may miss that commit; the guarded write
-        // re-checks in SQL, so the compare can only propose, never regress.
+        // starts each page's write, finishing the previous page's meanwhile (`page`).
+        // At most three reads and two writes run at once; six pages are in memory, and
+        // the drift of the page being written. A read taken before an earlier page's
+        // commit may miss that commit; the guarded write re-checks in SQL, so the
+        // compare can only propose, never regress.
         let (pages_tx, mut pages_rx) = tokio::sync::mpsc::channel(1);
         let _fetcher = AbortOnDropHandle::new(tokio::spawn(fetch_pages(
             sender.clone(),
@@ -232,51 +234,82 @@ impl Reconciler {
             }))
         };
         let mut guard = ProgressGuard::new(at.as_ref());
-        loop {
-            if run.cancel.is_cancelled() {
-                return Err(RunError::Stopped {
-                    pages: run.report.counts.pages,
-                });
-            }
-            let waiting = Instant::now();
-            let Some(read) = read_rx.recv().await else {
-                break;
-            };
-            let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
-            let (page, read, local, (read_items, local_read)) = read?;
-            let stages = &mut run.report.stages;
-            stages.writer_waiting += waiting.elapsed().as_secs_f64();
-            stages.fetch += page.fetch_seconds;
-            stages.parse_page += page.parse_seconds;
-            stages.read_items += read_items;
-            stages.local_read += local_read;
-            at = page.next.clone();
-            match &mut pages {
-                Pages::Events => {
-                    self.events_page(run, &mut guard, page, run_id, &mut watermark)
-                        .await?
+        // Where a full sweep resumes: after the last page committed together with every
+        // page before it (at first, where this run started).
+        let mut writes = Writes {
+            in_flight: None,
+            committed_at: at
+                .as_ref()
+                .filter(|_| mode == Mode::Full)
+                .map(|n| (n.encode(), sweep_started)),
+            failed: false,
+        };
+        let listed: Result<(), RunError> = async {
+            loop {
+                if run.cancel.is_cancelled() {
+                    return Err(RunError::Stopped {
+                        pages: run.report.counts.pages,
+                    });
                 }
-                Pages::Resources(r) => {
-                    // Only full sweeps are worth resuming; an incremental run restarts
-                    // from its watermark.
-                    let resume_at = at
-                        .as_ref()
-                        .filter(|_| mode == Mode::Full)
-                        .map(|n| (n.encode(), sweep_started));
-                    let mark = PageAt {
-                        url: &page.url,
-                        run_id,
-                        resume_at,
-                    };
-                    self.resources_page(run, &mut guard, r, mark, read, local, &mut watermark)
+                let waiting = Instant::now();
+                let Some(read) = read_rx.recv().await else {
+                    break;
+                };
+                let read = read.await.map_err(|e| RunError::FetchTask(e.to_string()))?;
+                let (page, read, local, (read_items, local_read)) = read?;
+                let stages = &mut run.report.stages;
+                stages.writer_waiting += waiting.elapsed().as_secs_f64();
+                stages.fetch += page.fetch_seconds;
+                stages.parse_page += page.parse_seconds;
+                stages.read_items += read_items;
+                stages.local_read += local_read;
+                at = page.next.clone();
+                match &mut pages {
+                    Pages::Events => {
+                        self.events_page(run, &mut guard, page, run_id, &mut watermark)
+                            .await?
+                    }
+                    Pages::Resources(r) => {
+                        // Only full sweeps are worth resuming; an incremental run restarts
+                        // from its watermark.
+                        let resume_at = at
+                            .as_ref()
+                            .filter(|_| mode == Mode::Full)
+                            .map(|n| (n.encode(), sweep_started));
+                        let mark = PageAt {
+                            url: &page.url,
+                            run_id,
+                            resume_at,
+                        };
+                        self.resources_page(
+                            run,
+                            &mut guard,
+                            r,
+                            mark,
+                            (read, local),
+                            &mut watermark,
+                            &mut writes,
+                        )
                         .await?
+                    }
+                }
+                (run.progress)(&run.report.counts);
+                if at.is_none() {
+                    break;
                 }
             }
-            (run.progress)(&run.report.counts);
-            if at.is_none() {
-                break;
-            }
+            Ok(())
         }
+        .await;
+        // A page still being written is finished before the run goes on (its commit
+        // must not land after the run's end is recorded); a run that ends early saves
+        // the resume point its committed pages reached.
+        let drained = self.drain_writes(run, &mut writes).await;
+        if listed.is_err() || drained.is_err() {
+            self.record_resume_point(run, &writes, run_id).await;
+        }
+        listed?;
+        drained?;
         if let Pages::Resources(r) = pages {
             self.after_complete_listing(run, r, sweep_started, run_id)
                 .await?;
@@ -306,9 +339,9 @@ impl Reconciler {
         guard: &mut ProgressGuard,
         pages: &mut ResourcePages,
         at: PageAt<'_>,
-        read: Vec<ReadItem>,
-        local: Vec<StoredRow>,
+        (read, local): (Vec<ReadItem>, Vec<StoredRow>),
         watermark: &mut Option<i64>,
+        writes: &mut Writes,
     ) -> Result<(), RunError> {
         let mut indexes = Vec::with_capacity(read.len());
         let mut changes = Vec::with_capacity(read.len());
@@ -351,7 +384,7 @@ impl Reconciler {
                     .switch_to_bloom(usize::try_from(live).unwrap_or(usize::MAX));
             }
         }
-        self.page(run, at, indexes, changes, local).await
+        self.page(run, at, indexes, changes, local, writes).await
     }
 
     /// After the last page of a resource listing: deletion detection, if this sweep
@@ -380,7 +413,10 @@ impl Reconciler {
     }
 
     /// One page: compare the listed changes with the local rows and (unless a dry run)
-    /// commit the drift with the page's bookkeeping in one transaction.
+    /// start the transaction that commits the drift with the page's bookkeeping, then
+    /// finish the previous page's. Two pages' transactions are in flight at most: the
+    /// database works on one page's commit while the next page's rows are written,
+    /// instead of the run waiting for each commit in turn.
     async fn page(
         &self,
         run: &mut Run<'_>,
@@ -388,33 +424,40 @@ impl Reconciler {
         indexes: Vec<usize>,
         changes: Vec<Change>,
         local: Vec<StoredRow>,
+        writes: &mut Writes,
     ) -> Result<(), RunError> {
         let PageAt {
             url,
             run_id,
             resume_at,
         } = at;
-        let key = run.key();
-        // The counts become the run's only once the page is committed.
-        let mut counts = run.report.counts;
         let fetch_time = run.kind.by_fetch_time();
         let started = Instant::now();
+        // Counted as compared; `applied` once the write is committed.
         let compare::Verdicts { write, ambiguous } =
-            compare::compare_page(&changes, &local, fetch_time, &mut counts);
+            compare::compare_page(&changes, &local, fetch_time, &mut run.report.counts);
         run.report.stages.compare += started.elapsed().as_secs_f64();
         let guard = compare::guard_for(fetch_time);
-        counts.pages += 1;
+        run.report.counts.pages += 1;
         let ambiguous: Vec<String> = ambiguous.iter().map(|i| changes[*i].id.clone()).collect();
         let Some(run_id) = run_id else {
-            counts.applied += write.len() as i64;
+            run.report.counts.applied += write.len() as i64;
             for i in write {
                 if run.report.would_change.len() < DRY_RUN_EXAMPLES {
                     run.report.would_change.push(changes[i].id.clone());
                 }
             }
-            run.report.counts = counts;
             return Ok(());
         };
+        // A previous page already committed is finished first: its position, not an
+        // older one, is then the one this page's commit records. So is any previous
+        // page of a full sweep before its last, whose commit clears the resume point:
+        // the previous page's must not land after it and leave one behind.
+        if writes.in_flight.as_ref().is_some_and(|w| {
+            w.write.is_finished() || (resume_at.is_none() && w.resume_at.is_some())
+        }) {
+            self.drain_writes(run, writes).await?;
+        }
         let mut changes = changes;
         // The drift, moved out of the page (highest index first, so each swap_remove
         // leaves the lower indexes in place).
@@ -424,45 +467,118 @@ impl Reconciler {
             .map(|i| (indexes[i], changes.swap_remove(i)))
             .unzip();
         let batch: Arc<[Change]> = batch.into();
-        let ttl = run.source.reconcile.lease_ttl;
-        let mark = |counts| {
-            let fence = self.book.fence(&key, ttl);
-            self.book
-                .page_mark(run_id, fence, resume_at.clone(), counts)
+        // With no page in flight, the page's commit records its own position. Else it
+        // may land before the previous page's, so it records the position known
+        // committed now (the last page clears it: starting over is always safe), and
+        // its counts lack the previous page's applied rows (the run's end records all).
+        let recorded_at = match &writes.in_flight {
+            None => resume_at.clone(),
+            Some(_) => resume_at.as_ref().and(writes.committed_at.clone()),
         };
-        let started = Instant::now();
-        let applied = self
-            .store
-            .apply_page(batch.clone(), guard, mark(counts))
-            .await;
-        run.report.stages.write += started.elapsed().as_secs_f64();
-        match applied {
-            Ok(written) => {
-                counts.applied += written? as i64;
-                run.report.counts = counts;
-                self.settle_ambiguous(run, &ambiguous).await;
-                return Ok(());
-            }
-            Err(e) if e.class() == ErrorClass::Data => {
-                tracing::warn!(source = key.source, kind = key.kind, url, error = %e, "the database refused an item of this page; writing its items one by one to find it");
-            }
-            Err(e) => return Err(e.into()),
+        let mark = self.page_mark(run, run_id, recorded_at, run.report.counts);
+        let (store, pending_batch) = (self.store.clone(), batch.clone());
+        let write = AbortOnDropHandle::new(tokio::spawn(async move {
+            let started = Instant::now();
+            let applied = store.apply_page(pending_batch, guard, mark).await;
+            (applied, started.elapsed().as_secs_f64())
+        }));
+        let previous = writes.in_flight.replace(PendingWrite {
+            url: url.to_string(),
+            run_id,
+            guard,
+            resume_at,
+            batch_indexes,
+            batch,
+            ambiguous,
+            write,
+        });
+        if let Some(previous) = previous {
+            self.finish_write(run, writes, previous).await?;
         }
-        // One by one: an item the database refuses is reported and skipped, the others
-        // are written, and the page's bookkeeping is recorded with the last of them.
-        run.report.counts = counts;
-        for (index, change) in batch_indexes.into_iter().zip(batch.iter()) {
+        Ok(())
+    }
+
+    /// The bookkeeping a page's transaction records, fenced on the run's lease.
+    fn page_mark(
+        &self,
+        run: &Run<'_>,
+        run_id: RunId,
+        resume_at: Option<(String, crate::db::DbTime)>,
+        counts: RunCounts,
+    ) -> crate::bookkeeping::PageMark {
+        let fence = self.book.fence(&run.key(), run.source.reconcile.lease_ttl);
+        self.book.page_mark(run_id, fence, resume_at, counts)
+    }
+
+    /// Waits for the page still being written, if any.
+    async fn drain_writes(&self, run: &mut Run<'_>, writes: &mut Writes) -> Result<(), RunError> {
+        match writes.in_flight.take() {
+            Some(pending) => self.finish_write(run, writes, pending).await,
+            None => Ok(()),
+        }
+    }
+
+    /// A page's write, awaited: its rows counted, its ambiguous items settled and its
+    /// position the resume point. After a page failed, later pages' commits still count
+    /// but no longer move the resume point (the failed page's drift is not written).
+    async fn finish_write(
+        &self,
+        run: &mut Run<'_>,
+        writes: &mut Writes,
+        mut pending: PendingWrite,
+    ) -> Result<(), RunError> {
+        let (applied, seconds) = (&mut pending.write)
+            .await
+            .map_err(|e| RunError::FetchTask(e.to_string()))?;
+        run.report.stages.write += seconds;
+        let written = match applied {
+            Ok(Ok(written)) => {
+                run.report.counts.applied += written as i64;
+                Ok(())
+            }
+            Ok(Err(lost)) => Err(lost.into()),
+            Err(e) if e.class() == ErrorClass::Data => {
+                let key = run.key();
+                tracing::warn!(source = key.source, kind = key.kind, url = pending.url, error = %e, "the database refused an item of this page; writing its items one by one to find it");
+                self.write_one_by_one(run, writes, &pending).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = written {
+            writes.failed = true;
+            return Err(e);
+        }
+        if !writes.failed {
+            writes.committed_at = pending.resume_at;
+        }
+        self.settle_ambiguous(run, &pending.ambiguous).await;
+        Ok(())
+    }
+
+    /// A page's drift written item by item: an item the database refuses is reported
+    /// and skipped, the others are written, and the page's position is recorded with
+    /// the last write (until then, the position before the page).
+    async fn write_one_by_one(
+        &self,
+        run: &mut Run<'_>,
+        writes: &Writes,
+        pending: &PendingWrite,
+    ) -> Result<(), RunError> {
+        let before = writes.committed_at.clone();
+        let after = if writes.failed {
+            before.clone()
+        } else {
+            pending.resume_at.clone()
+        };
+        for (index, change) in pending.batch_indexes.iter().zip(pending.batch.iter()) {
             let one: Arc<[Change]> = Arc::new([change.clone()]);
-            match self
-                .store
-                .apply_page(one, guard, mark(run.report.counts))
-                .await
-            {
+            let mark = self.page_mark(run, pending.run_id, before.clone(), run.report.counts);
+            match self.store.apply_page(one, pending.guard, mark).await {
                 Ok(written) => run.report.counts.applied += written? as i64,
                 Err(e) if e.class() == ErrorClass::Data => {
                     run.skip(
-                        url,
-                        index,
+                        &pending.url,
+                        *index,
                         Some(&change.id),
                         &format!("the database refused it: {e}"),
                     );
@@ -470,11 +586,25 @@ impl Reconciler {
                 Err(e) => return Err(e.into()),
             }
         }
+        let mark = self.page_mark(run, pending.run_id, after, run.report.counts);
         self.store
-            .apply_page(Arc::new([]), guard, mark(run.report.counts))
+            .apply_page(Arc::new([]), pending.guard, mark)
             .await??;
-        self.settle_ambiguous(run, &ambiguous).await;
         Ok(())
+    }
+
+    /// After a run that ended early: the resume point its committed pages reached,
+    /// recorded (a page's own commit may have recorded an earlier one). Best effort:
+    /// the database may be what failed, and a lost lease is not ours to write.
+    async fn record_resume_point(&self, run: &Run<'_>, writes: &Writes, run_id: Option<RunId>) {
+        let (Some(run_id), Some(at)) = (run_id, writes.committed_at.clone()) else {
+            return;
+        };
+        let mark = self.page_mark(run, run_id, Some(at), run.report.counts);
+        let guard = compare::guard_for(run.kind.by_fetch_time());
+        if let Err(e) = self.store.apply_page(Arc::new([]), guard, mark).await {
+            tracing::debug!(error = %e, "could not record the resume point of a run that ended early");
+        }
     }
 
     /// Settles the page's ambiguous items (same second, other state) through `get`;
@@ -515,6 +645,32 @@ struct ResourcePages {
     /// An item without a readable id was listed: it could be any row.
     unreadable_ids: bool,
 }
+
+/// The sweep's page writes: at most one still in flight while the next is compared.
+struct Writes {
+    in_flight: Option<PendingWrite>,
+    /// Where a full sweep resumes: after the last page committed with all before it.
+    committed_at: Option<(String, crate::db::DbTime)>,
+    /// A page's write failed: later commits no longer move `committed_at`.
+    failed: bool,
+}
+
+/// A page's transaction on its own task, and what finishing it needs.
+struct PendingWrite {
+    url: String,
+    run_id: RunId,
+    guard: crate::change::tie::Guard,
+    /// This page's own position (`None`: not worth resuming, or the last page).
+    resume_at: Option<(String, crate::db::DbTime)>,
+    batch_indexes: Vec<usize>,
+    batch: Arc<[Change]>,
+    ambiguous: Vec<String>,
+    /// The rows written (or the lease lost), and the seconds the write took.
+    write: AbortOnDropHandle<(PageWritten, f64)>,
+}
+
+/// What `Store::apply_page` answers.
+type PageWritten = Result<Result<usize, crate::bookkeeping::LeaseLost>, crate::db::DbError>;
 
 /// Where a page came from and what its commit records besides its rows.
 struct PageAt<'a> {

@@ -254,17 +254,15 @@ pub(crate) fn finish_due(
     Ok(())
 }
 
-/// Forgets an account's schedule and last successes (it was removed: added again, it
-/// ages from then, not from a success before its removal).
+/// Forgets an account's schedule (it was removed).
 pub(crate) fn forget_due(conn: &mut Conn, source: &str, account: &str) -> diesel::QueryResult<()> {
-    for table in ["reconcile_due", "reconcile_last_success"] {
-        let q = query(
-            conn.backend(),
-            &format!("DELETE FROM {table} WHERE source = $1 AND account = $2"),
-        );
-        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))?;
-    }
-    Ok(())
+    let q = query(
+        conn.backend(),
+        "DELETE FROM reconcile_due WHERE source = $1 AND account = $2",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))?;
+    // Added again, it ages from then, not from a success before its removal.
+    crate::bookkeeping::Bookkeeping::forget_account_in(conn, source, account)
 }
 
 /// How many account-kinds of enabled accounts are in each state.

@@ -372,6 +372,16 @@ impl Bookkeeping {
         self.db.read(sql::last_success_ages).await
     }
 
+    /// Forgets a removed account's last successes, as a statement of another owner's
+    /// transaction (the account's removal).
+    pub(crate) fn forget_account_in(
+        conn: &mut crate::db::Conn,
+        source: &str,
+        account: &str,
+    ) -> diesel::QueryResult<()> {
+        sql::forget_account(conn, source, account)
+    }
+
     /// Seconds since each enabled registered account was added.
     pub async fn enabled_account_ages(&self) -> Result<Vec<AccountAge>, DbError> {
         self.db.read(sql::enabled_account_ages).await

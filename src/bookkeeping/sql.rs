@@ -440,6 +440,20 @@ pub(crate) fn last_success_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<Succ
     on_conn!(conn, c => q.load(c))
 }
 
+/// Forgets a removed account's last successes.
+pub(crate) fn forget_account(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<()> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM reconcile_last_success WHERE source = $1 AND account = $2",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))?;
+    Ok(())
+}
+
 /// Seconds since each enabled registered account was added: how long an account that
 /// never succeeded has gone without a run (the accounts table, read for freshness).
 #[derive(Debug, Clone, diesel::QueryableByName)]

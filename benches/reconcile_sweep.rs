@@ -26,6 +26,7 @@
 //!   cargo bench --bench reconcile_sweep -- --sizes 10000000 --backend postgres   # 10M, opt-in
 //!
 //! PostgreSQL server: $WR_TEST_PG (default postgres://postgres@127.0.0.1:5432).
+//! `WR_BENCH_BIN=path`: measure that binary (an earlier build) instead of this one.
 //!
 //! `--statements`: on a server that preloads `pg_stat_statements`, print the statements
 //! that took PostgreSQL's time during the drift run (and the dead rows the tables carried
@@ -60,8 +61,12 @@ fn pg_server() -> String {
 }
 
 fn binary() -> std::path::PathBuf {
-    // Cargo builds the binary for benchmarks, with the same profile.
-    std::path::PathBuf::from(env!("CARGO_BIN_EXE_webhook-reconciler"))
+    // Cargo builds the binary for benchmarks, with the same profile; $WR_BENCH_BIN
+    // measures another build (an earlier commit's) against the same baselines.
+    std::env::var_os("WR_BENCH_BIN").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_BIN_EXE_webhook-reconciler")),
+        std::path::PathBuf::from,
+    )
 }
 
 /// The sender process: serves N generated items until its stdin closes; the line

@@ -132,9 +132,14 @@ impl Store {
             .await
     }
 
-    /// A reconcile page: the run's lease check, [`Self::apply_batch`] and the run's
+    /// A reconcile page: [`Self::apply_batch`], the run's lease check and the run's
     /// bookkeeping for the page (`mark`), in one transaction. Returns how many rows were
     /// written, or, when the lease is no longer the run's, writes nothing.
+    ///
+    /// The lease check comes after the rows: it locks the lease row until the commit,
+    /// and taken first it would make a run's next page wait there for this page's
+    /// commit before writing anything. Taken after, the next page's rows are written
+    /// while this page commits. A lost lease undoes the rows (to the savepoint).
     pub async fn apply_page(
         &self,
         changes: Arc<[Change]>,
@@ -142,10 +147,19 @@ impl Store {
         mark: PageMark,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
         self.write_changes(move |conn| {
+            if changes.is_empty() {
+                if let Err(lost) = mark.fence().check(conn)? {
+                    return Ok(Err(lost));
+                }
+                mark.record(conn, 0)?;
+                return Ok(Ok(0));
+            }
+            sql::savepoint(conn)?;
+            let written = apply_batch(conn, &changes, guard)?.len();
             if let Err(lost) = mark.fence().check(conn)? {
+                sql::rollback_to_savepoint(conn)?;
                 return Ok(Err(lost));
             }
-            let written = apply_batch(conn, &changes, guard)?.len();
             mark.record(conn, written)?;
             Ok(Ok(written))
         })

@@ -143,6 +143,8 @@ pub struct PageMark {
     run: RunId,
     /// `None` clears the checkpoint (last page, or a run not worth resuming).
     resume_at: Option<(String, DbTime)>,
+    /// Leave the checkpoint as it is (`keeping_checkpoint`).
+    keep_checkpoint: bool,
     counts: RunCounts,
 }
 
@@ -152,14 +154,23 @@ impl PageMark {
         &self.fence
     }
 
+    /// The same mark, leaving the checkpoint as it is: for a page whose commit may land
+    /// before an earlier page's while no position of this run is known committed yet.
+    pub fn keeping_checkpoint(mut self) -> Self {
+        self.keep_checkpoint = true;
+        self
+    }
+
     /// Records the mark in the caller's transaction; `applied` rows were written by
     /// this page.
     pub(crate) fn record(&self, conn: &mut Conn, applied: usize) -> diesel::QueryResult<()> {
-        sql::set_checkpoint(
-            conn,
-            &self.fence.key,
-            self.resume_at.as_ref().map(|(p, t)| (p.as_str(), *t)),
-        )?;
+        if !self.keep_checkpoint {
+            sql::set_checkpoint(
+                conn,
+                &self.fence.key,
+                self.resume_at.as_ref().map(|(p, t)| (p.as_str(), *t)),
+            )?;
+        }
         let mut counts = self.counts;
         counts.applied += applied as i64;
         sql::update_run(conn, self.run.0, RunState::Running, &counts, None)
@@ -359,6 +370,7 @@ impl Bookkeeping {
             fence,
             run,
             resume_at,
+            keep_checkpoint: false,
             counts,
         }
     }

@@ -469,13 +469,19 @@ impl Reconciler {
         let batch: Arc<[Change]> = batch.into();
         // With no page in flight, the page's commit records its own position. Else it
         // may land before the previous page's, so it records the position known
-        // committed now (the last page clears it: starting over is always safe), and
-        // its counts lack the previous page's applied rows (the run's end records all).
-        let recorded_at = match &writes.in_flight {
-            None => resume_at.clone(),
-            Some(_) => resume_at.as_ref().and(writes.committed_at.clone()),
+        // committed now, or, when none is yet, leaves the checkpoint as it is (the
+        // previous page may have recorded its own); its counts lack the previous page's
+        // applied rows (the run's end records all). Clearing (the last page, a run not
+        // worth resuming) is always safe: the run starts over.
+        let (recorded_at, keep) = match (&writes.in_flight, &resume_at, &writes.committed_at) {
+            (None, _, _) | (Some(_), None, _) => (resume_at.clone(), false),
+            (Some(_), Some(_), Some(committed)) => (Some(committed.clone()), false),
+            (Some(_), Some(_), None) => (None, true),
         };
-        let mark = self.page_mark(run, run_id, recorded_at, run.report.counts);
+        let mut mark = self.page_mark(run, run_id, recorded_at, run.report.counts);
+        if keep {
+            mark = mark.keeping_checkpoint();
+        }
         let (store, pending_batch) = (self.store.clone(), batch.clone());
         let write = AbortOnDropHandle::new(tokio::spawn(async move {
             let started = Instant::now();

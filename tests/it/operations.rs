@@ -625,8 +625,9 @@ async fn a_kind_is_as_fresh_as_its_stalest_account_that_runs_now(b: Backend) {
         ago(4 * 3600)
     ));
     let (age, overdue) = order().await;
+    // SQLite's julianday arithmetic can land a few microseconds short of the 4 hours.
     assert!(
-        (4.0 * 3600.0..5.0 * 3600.0).contains(&age.unwrap()),
+        (4.0 * 3600.0 - 1.0..5.0 * 3600.0).contains(&age.unwrap()),
         "{age:?}"
     );
     assert!(overdue);

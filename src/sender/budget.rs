@@ -115,6 +115,9 @@ impl Budget {
                 // The same window: the lower count wins (responses arrive out of order,
                 // and requests counted here may not have reached the sender yet).
                 Some((n, r)) if r == reset => Some((n.min(remaining), reset)),
+                // A late answer from a window that has ended says nothing about the
+                // current one; taking it would forget the requests counted since.
+                Some((n, r)) if r > reset => Some((n, r)),
                 _ => Some((remaining, reset)),
             };
             if remaining == 0 {
@@ -196,6 +199,27 @@ mod tests {
         ]);
         b.observe(&stale);
         assert!(b.acquire(max).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_late_answer_from_an_ended_window_does_not_replace_the_current_one() {
+        let b = Budget::new(1000.0);
+        let now = unix_now();
+        let quota = |remaining: u64, reset: u64| {
+            headers(&[
+                ("x-ratelimit-remaining", remaining.to_string()),
+                ("x-ratelimit-reset", reset.to_string()),
+            ])
+        };
+        b.observe(&quota(1, now + 3600));
+        // Sent before the window turned, answered after: 4 left in a window that is over.
+        b.observe(&quota(4, now.saturating_sub(1)));
+        let max = Duration::from_secs(60);
+        assert!(b.acquire(max).await.is_ok());
+        assert!(
+            b.acquire(max).await.is_err(),
+            "one request was left in the current window"
+        );
     }
 
     #[test]

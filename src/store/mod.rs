@@ -147,17 +147,18 @@ impl Store {
         mark: PageMark,
     ) -> Result<Result<usize, LeaseLost>, DbError> {
         self.write_changes(move |conn| {
-            if changes.is_empty() {
-                if let Err(lost) = mark.fence().check(conn)? {
-                    return Ok(Err(lost));
-                }
-                mark.record(conn, 0)?;
-                return Ok(Ok(0));
+            // The rows first, under a savepoint that a lost lease rolls back; an empty
+            // page has nothing to undo.
+            let rows = !changes.is_empty();
+            let mut written = 0;
+            if rows {
+                sql::savepoint(conn)?;
+                written = apply_batch(conn, &changes, guard)?.len();
             }
-            sql::savepoint(conn)?;
-            let written = apply_batch(conn, &changes, guard)?.len();
             if let Err(lost) = mark.fence().check(conn)? {
-                sql::rollback_to_savepoint(conn)?;
+                if rows {
+                    sql::rollback_to_savepoint(conn)?;
+                }
                 return Ok(Err(lost));
             }
             mark.record(conn, written)?;

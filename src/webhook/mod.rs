@@ -3,7 +3,10 @@
 //! framework: `http` turns [`Rejection`]s into status codes.
 
 pub mod envelope;
+pub mod recent;
 pub mod verify;
+
+use std::sync::Arc;
 
 use http::HeaderMap;
 
@@ -13,6 +16,7 @@ use crate::db::DbError;
 use crate::ingest::{Ingest, Refusal};
 use crate::store::{Outcome, Store};
 use envelope::{EnvelopeError, HeaderIds};
+use recent::RecentClaims;
 use verify::{Verifier, VerifyError};
 
 const SHOPIFY_ID: &str = "X-Shopify-Webhook-Id";
@@ -64,6 +68,8 @@ pub struct Receiver {
     scheme: Scheme,
     verifier: Verifier,
     ingest: Ingest,
+    /// Ids this process claimed: their retries are answered without the database.
+    recent: Arc<RecentClaims>,
     /// Where conflicts go to be resolved from the sender (see `reconcile::resolve`).
     conflicts: Option<tokio::sync::mpsc::Sender<ConflictKey>>,
 }
@@ -81,6 +87,7 @@ impl Receiver {
                 source.webhook.tolerance,
             ),
             ingest: Ingest::new(source, store),
+            recent: Arc::new(RecentClaims::new(recent::CAPACITY, source.retention)),
             conflicts: None,
         }
     }
@@ -132,8 +139,16 @@ impl Receiver {
                 .and_then(|v| v.to_str().ok())
                 .map(String::from);
         }
+        if self.recent.contains(&env.id) {
+            metrics::counter!("webhook_duplicates_from_memory_total", "source" => self.source().to_string())
+                .increment(1);
+            return Ok((Outcome::Duplicate, env.id));
+        }
         let id = env.id.clone();
         let outcome = self.ingest(env, body).await?;
+        if outcome != Outcome::Duplicate {
+            self.recent.insert(&id);
+        }
         Ok((outcome, id))
     }
 

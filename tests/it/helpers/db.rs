@@ -231,6 +231,17 @@ impl Drop for TestDb {
 }
 
 impl TestDb {
+    /// The same database for a second app (another replica): it is dropped with
+    /// `self`, not with the alias.
+    pub fn alias(&self) -> TestDb {
+        TestDb {
+            backend: self.backend,
+            url: self.url.clone(),
+            pg_name: None,
+            _dir: None,
+        }
+    }
+
     /// Applies the shipped migrations but the last `leave` (a database as an earlier
     /// release left it), through the migration files themselves.
     pub fn migrate_all_but(&self, leave: usize) {

@@ -87,7 +87,7 @@ impl Receiver {
                 source.webhook.tolerance,
             ),
             ingest: Ingest::new(source, store),
-            recent: Arc::new(RecentClaims::new(recent::CAPACITY, source.retention)),
+            recent: Arc::new(RecentClaims::new(recent::GENERATION, source.retention)),
             conflicts: None,
         }
     }

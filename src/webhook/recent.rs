@@ -7,100 +7,143 @@
 //! claims are kept (`sources.NAME.retention`, twice the retry window by default), so
 //! retention cannot have pruned a claim whose id is still here, whatever the clocks.
 //!
-//! Bounded, first in first out: an id is looked up by the few retries of one event,
-//! not read over and over, so a cache's admission policy (S3-FIFO, TinyLFU) would drop
-//! it before its retry came; the oldest ids go first instead. An id is kept as a keyed
-//! 128-bit hash (16 bytes, not the string): the key is random per process, so no sender
-//! can choose two ids that collide, and two ids of one process colliding by chance is
-//! as likely as two SHA-256 body digests doing so. An id not here is simply claimed in
-//! the database as before, so the set only ever saves work.
+//! Bounded, oldest first out, in two generations: ids go into the current set; when it
+//! holds `generation` ids it becomes the previous one (the one before is dropped), so
+//! the newest `generation` to `2 × generation` ids are kept. An id is looked up by the
+//! few retries of one event, not read over and over, so a cache's admission policy
+//! (S3-FIFO, TinyLFU) would drop it before its retry came. Sets that are only ever
+//! added to and then dropped whole never fill with the tombstones that removing ids one
+//! by one leaves in a hash table (which grew one to four times its ids' size). An id
+//! is kept as a keyed 128-bit hash (16 bytes, not the string): the keys are random per
+//! process, so no sender can choose two ids that collide, and two ids of one process
+//! colliding by chance is as likely as two SHA-256 body digests doing so. An id not
+//! here is simply claimed in the database as before, so the set only ever saves work.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Ids kept per source: ~35 bytes each once full (2.3 MiB), a minute of retries at
-/// 1,000 deliveries a second.
-pub const CAPACITY: usize = 65_536;
+/// Ids per generation: 7/8 of 32,768, the most a hash table of 32,768 slots holds. The
+/// newest 28,672 to 57,344 ids are kept: 1.06 MiB a source once both generations are
+/// full, 1.33 MiB at most while the current one grows (allocations counted over 20
+/// generations of inserts).
+pub const GENERATION: usize = 28_672;
+
+/// An event id's keyed 128-bit hash.
+type IdKey = [u64; 2];
 
 pub struct RecentClaims {
     keys: (RandomState, RandomState),
-    capacity: usize,
+    generation: usize,
     /// How long an id is kept: half its claim's retention.
     ttl: Duration,
     inner: Mutex<Inner>,
 }
 
-#[derive(Default)]
+struct Generation {
+    ids: HashSet<IdKey>,
+    /// Every id in it was claimed at or after this.
+    since: Instant,
+}
+
+impl Generation {
+    fn new(since: Instant) -> Self {
+        Self {
+            ids: HashSet::new(),
+            since,
+        }
+    }
+}
+
 struct Inner {
-    ids: HashSet<u128>,
-    /// Oldest first, with when each was claimed.
-    order: VecDeque<(u128, Instant)>,
+    current: Generation,
+    previous: Option<Generation>,
 }
 
 impl Inner {
-    fn forget(&mut self, now: Instant, ttl: Duration, capacity: usize) {
-        while let Some(&(key, at)) = self.order.front() {
-            if self.order.len() <= capacity && now.duration_since(at) < ttl {
-                break;
-            }
-            self.order.pop_front();
-            self.ids.remove(&key);
+    /// Drops a generation that may hold an id older than `ttl`.
+    fn expire(&mut self, now: Instant, ttl: Duration) {
+        if self
+            .previous
+            .as_ref()
+            .is_some_and(|p| now.duration_since(p.since) >= ttl)
+        {
+            self.previous = None;
+        }
+        if now.duration_since(self.current.since) >= ttl {
+            self.previous = None;
+            self.current = Generation::new(now);
         }
     }
 }
 
 impl RecentClaims {
-    /// Keeps up to `capacity` ids, each for half of `claim_retention`.
-    pub fn new(capacity: usize, claim_retention: Duration) -> Self {
+    /// Keeps the newest `generation` to `2 × generation` ids, each for at most half of
+    /// `claim_retention`.
+    pub fn new(generation: usize, claim_retention: Duration) -> Self {
         Self {
             keys: (RandomState::new(), RandomState::new()),
-            capacity,
+            generation,
             ttl: claim_retention / 2,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                current: Generation::new(Instant::now()),
+                previous: None,
+            }),
         }
     }
 
-    fn key(&self, event_id: &str) -> u128 {
-        let hi = self.keys.0.hash_one(event_id);
-        let lo = self.keys.1.hash_one(event_id);
-        (u128::from(hi) << 64) | u128::from(lo)
+    fn key(&self, event_id: &str) -> IdKey {
+        [
+            self.keys.0.hash_one(event_id),
+            self.keys.1.hash_one(event_id),
+        ]
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn held(inner: &Inner, key: &IdKey) -> bool {
+        inner.current.ids.contains(key)
+            || inner.previous.as_ref().is_some_and(|p| p.ids.contains(key))
+    }
+
     /// Whether `event_id`'s claim was seen committed.
     pub fn contains(&self, event_id: &str) -> bool {
-        if self.capacity == 0 {
+        if self.generation == 0 {
             return false;
         }
         let key = self.key(event_id);
         let mut inner = self.inner();
-        inner.forget(Instant::now(), self.ttl, self.capacity);
-        inner.ids.contains(&key)
+        inner.expire(Instant::now(), self.ttl);
+        Self::held(&inner, &key)
     }
 
     /// Records that this process's transaction claimed `event_id` and committed. Not
     /// for an id the database answered `duplicate`: its claim may be older than this
     /// process knows, and closer to being pruned.
     pub fn insert(&self, event_id: &str) {
-        if self.capacity == 0 {
+        if self.generation == 0 {
             return;
         }
         let key = self.key(event_id);
         let now = Instant::now();
         let mut inner = self.inner();
-        if inner.ids.insert(key) {
-            inner.order.push_back((key, now));
+        inner.expire(now, self.ttl);
+        if Self::held(&inner, &key) {
+            return;
         }
-        inner.forget(now, self.ttl, self.capacity);
+        if inner.current.ids.len() >= self.generation {
+            let full = std::mem::replace(&mut inner.current, Generation::new(now));
+            inner.previous = Some(full);
+        }
+        inner.current.ids.insert(key);
     }
 
     pub fn len(&self) -> usize {
-        self.inner().order.len()
+        let inner = self.inner();
+        inner.current.ids.len() + inner.previous.as_ref().map_or(0, |p| p.ids.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -115,22 +158,27 @@ mod tests {
     const DAY: Duration = Duration::from_secs(86_400);
 
     #[test]
-    fn keeps_the_newest_ids_up_to_its_capacity() {
-        let recent = RecentClaims::new(3, DAY);
+    fn keeps_the_newest_ids_in_two_generations() {
+        let recent = RecentClaims::new(2, DAY);
         for id in ["evt_1", "evt_2", "evt_3", "evt_2", "evt_4"] {
             recent.insert(id);
         }
-        assert_eq!(recent.len(), 3, "a repeated id is kept once");
-        assert!(!recent.contains("evt_1"), "the oldest id went first");
-        for id in ["evt_2", "evt_3", "evt_4"] {
+        assert_eq!(recent.len(), 4, "a repeated id is kept once");
+        for id in ["evt_1", "evt_2", "evt_3", "evt_4"] {
             assert!(recent.contains(id), "{id}");
         }
-        assert!(!recent.contains("evt_5"));
+        recent.insert("evt_5");
+        assert_eq!(recent.len(), 3, "the oldest generation went");
+        assert!(!recent.contains("evt_1") && !recent.contains("evt_2"));
+        for id in ["evt_3", "evt_4", "evt_5"] {
+            assert!(recent.contains(id), "{id}");
+        }
+        assert!(!recent.contains("evt_6"));
         assert!(!recent.contains("evt_"), "a prefix is another id");
     }
 
     #[test]
-    fn capacity_zero_keeps_nothing() {
+    fn a_generation_of_zero_keeps_nothing() {
         let recent = RecentClaims::new(0, DAY);
         recent.insert("evt_1");
         assert!(!recent.contains("evt_1"));
@@ -138,13 +186,16 @@ mod tests {
     }
 
     #[test]
-    fn an_id_is_forgotten_after_half_its_claims_retention() {
+    fn an_id_is_forgotten_within_half_its_claims_retention() {
         let recent = RecentClaims::new(10, Duration::from_secs(2));
         recent.insert("evt_1");
+        let inserted = Instant::now();
         assert!(recent.contains("evt_1"));
-        let deadline = Instant::now() + Duration::from_secs(5);
         while recent.contains("evt_1") {
-            assert!(Instant::now() < deadline, "still kept after 5 s");
+            assert!(
+                inserted.elapsed() < Duration::from_millis(1500),
+                "kept longer than half the retention"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(recent.is_empty());

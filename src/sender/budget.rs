@@ -6,7 +6,10 @@
 //! - `Retry-After` (any status): no request of the source before it has passed.
 //! - GitHub's `X-RateLimit-Remaining` / `X-RateLimit-Reset`: requests are counted down
 //!   locally as they are sent (so parallel kinds cannot overspend what one response
-//!   reported); at 0 every request waits for the reset.
+//!   reported), and a response's count is lowered by the other requests still in flight
+//!   (the sender may not have counted them yet: two kinds' first requests, sent before
+//!   any count was known, made a window's sixth request of five); at 0 every request
+//!   waits for the reset.
 //! - Shopify's `X-Shopify-Shop-Api-Call-Limit: used/size` (a leaky bucket draining 2
 //!   requests a second on standard plans): near full, requests wait for it to drain.
 
@@ -27,12 +30,34 @@ struct State {
     not_before: Option<Instant>,
     /// A counted quota: requests left, and when it resets (unix seconds).
     quota: Option<(u64, u64)>,
+    /// Requests sent and not yet answered (or failed).
+    in_flight: u64,
 }
 
 /// The budget of one source.
 pub struct Budget {
     limiter: DefaultDirectRateLimiter,
     state: Mutex<State>,
+}
+
+/// One request on its way: hand it to [`Budget::observe`] with the response's headers,
+/// or drop it when no response came.
+#[must_use = "a request counts as in flight until this is observed or dropped"]
+pub struct Sent<'a> {
+    budget: &'a Budget,
+}
+
+impl std::fmt::Debug for Sent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sent")
+    }
+}
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        let mut st = self.budget.state();
+        st.in_flight = st.in_flight.saturating_sub(1);
+    }
 }
 
 /// The wait the sender asks for is longer than the run accepts.
@@ -63,13 +88,13 @@ impl Budget {
 
     /// Waits until one request may be sent, and counts it. Fails without waiting when
     /// the sender asks for a wait longer than `max_wait`.
-    pub async fn acquire(&self, max_wait: Duration) -> Result<(), TooLong> {
+    pub async fn acquire(&self, max_wait: Duration) -> Result<Sent<'_>, TooLong> {
         loop {
             let wait = {
                 let mut st = self.state();
                 let now = Instant::now();
                 let epoch = unix_now();
-                match (st.not_before, st.quota) {
+                let wait = match (st.not_before, st.quota) {
                     (Some(t), _) if t > now => Some((t - now, "the sender asked to wait")),
                     (_, Some((0, reset))) if reset >= epoch => Some((
                         // Its reset second may not have ended yet on the sender's clock.
@@ -85,7 +110,11 @@ impl Budget {
                         None
                     }
                     (_, None) => None,
+                };
+                if wait.is_none() {
+                    st.in_flight += 1;
                 }
+                wait
             };
             match wait {
                 None => break,
@@ -96,29 +125,40 @@ impl Budget {
                 }
             }
         }
+        let sent = Sent { budget: self };
         self.limiter.until_ready().await;
-        Ok(())
+        Ok(sent)
     }
 
-    /// Learns from a response's headers. Returns how long to wait before retrying a
-    /// refused request, when the headers say (quota spent, `Retry-After`).
-    pub fn observe(&self, headers: &HeaderMap) -> Option<Duration> {
+    /// Learns from the response to `sent`'s request. Returns how long to wait before
+    /// retrying a refused request, when the headers say (quota spent, `Retry-After`).
+    pub fn observe(&self, headers: &HeaderMap, sent: Sent<'_>) -> Option<Duration> {
+        let wait = self.learn(headers);
+        drop(sent);
+        wait
+    }
+
+    fn learn(&self, headers: &HeaderMap) -> Option<Duration> {
         let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let mut st = self.state();
+        // This response's request is one of them.
+        let others = st.in_flight.saturating_sub(1);
         let now = Instant::now();
         let mut wait = get("retry-after").and_then(parse_retry_after);
         if let (Some(remaining), Some(reset)) = (
             get("x-ratelimit-remaining").and_then(|v| v.trim().parse::<u64>().ok()),
             get("x-ratelimit-reset").and_then(|v| v.trim().parse::<u64>().ok()),
         ) {
+            // The requests still in flight may not be in the sender's count yet.
+            let left = remaining.saturating_sub(others);
             st.quota = match st.quota {
                 // The same window: the lower count wins (responses arrive out of order,
                 // and requests counted here may not have reached the sender yet).
-                Some((n, r)) if r == reset => Some((n.min(remaining), reset)),
+                Some((n, r)) if r == reset => Some((n.min(left), reset)),
                 // A late answer from a window that has ended says nothing about the
                 // current one; taking it would forget the requests counted since.
                 Some((n, r)) if r > reset => Some((n, r)),
-                _ => Some((remaining, reset)),
+                _ => Some((left, reset)),
             };
             if remaining == 0 {
                 let until = Duration::from_secs(reset.saturating_sub(unix_now()) + 1);
@@ -186,7 +226,7 @@ mod tests {
             ("x-ratelimit-remaining", "2".into()),
             ("x-ratelimit-reset", reset.to_string()),
         ]);
-        assert_eq!(b.observe(&h), None);
+        assert_eq!(b.learn(&h), None);
         let max = Duration::from_secs(60);
         assert!(b.acquire(max).await.is_ok());
         assert!(b.acquire(max).await.is_ok());
@@ -197,7 +237,7 @@ mod tests {
             ("x-ratelimit-remaining", "5".into()),
             ("x-ratelimit-reset", reset.to_string()),
         ]);
-        b.observe(&stale);
+        b.learn(&stale);
         assert!(b.acquire(max).await.is_err());
     }
 
@@ -211,14 +251,38 @@ mod tests {
                 ("x-ratelimit-reset", reset.to_string()),
             ])
         };
-        b.observe(&quota(1, now + 3600));
+        b.learn(&quota(1, now + 3600));
         // Sent before the window turned, answered after: 4 left in a window that is over.
-        b.observe(&quota(4, now.saturating_sub(1)));
+        b.learn(&quota(4, now.saturating_sub(1)));
         let max = Duration::from_secs(60);
         assert!(b.acquire(max).await.is_ok());
         assert!(
             b.acquire(max).await.is_err(),
             "one request was left in the current window"
+        );
+    }
+
+    #[tokio::test]
+    async fn requests_still_in_flight_are_taken_off_a_count_that_may_not_include_them() {
+        let b = Budget::new(1000.0);
+        let max = Duration::from_secs(60);
+        let reset = unix_now() + 3600;
+        // Two kinds' first requests, sent before any count was known.
+        let first = b.acquire(max).await.unwrap();
+        let _second = b.acquire(max).await.unwrap();
+        // The sender counted the first only when it answered: 4 of 5 left, and the
+        // second will take one of them.
+        let h = headers(&[
+            ("x-ratelimit-remaining", "4".into()),
+            ("x-ratelimit-reset", reset.to_string()),
+        ]);
+        assert_eq!(b.observe(&h, first), None);
+        for n in 0..3 {
+            assert!(b.acquire(max).await.is_ok(), "request {n} of the 3 left");
+        }
+        assert!(
+            b.acquire(max).await.is_err(),
+            "a sixth request in a window of five"
         );
     }
 
@@ -229,24 +293,24 @@ mod tests {
             ("x-ratelimit-remaining", "0".into()),
             ("x-ratelimit-reset", (unix_now() + 5).to_string()),
         ]);
-        let w = b.observe(&h).unwrap();
+        let w = b.learn(&h).unwrap();
         assert!(
             w >= Duration::from_secs(5) && w <= Duration::from_secs(7),
             "{w:?}"
         );
         let h = headers(&[("retry-after", "2".into())]);
-        assert_eq!(b.observe(&h), Some(Duration::from_secs(2)));
+        assert_eq!(b.learn(&h), Some(Duration::from_secs(2)));
     }
 
     #[test]
     fn a_nearly_full_shopify_bucket_slows_the_next_request() {
         let b = Budget::new(10.0);
-        b.observe(&headers(&[(
+        b.learn(&headers(&[(
             "x-shopify-shop-api-call-limit",
             "10/40".into(),
         )]));
         assert!(b.state().not_before.is_none());
-        b.observe(&headers(&[(
+        b.learn(&headers(&[(
             "x-shopify-shop-api-call-limit",
             "39/40".into(),
         )]));

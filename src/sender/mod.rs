@@ -453,7 +453,8 @@ impl Sender {
     }
 
     async fn attempt(&self, url: &Url) -> Result<Option<Fetched>, Attempt> {
-        self.budget
+        let sent = self
+            .budget
             .acquire(self.max_retry_wait)
             .await
             .map_err(|too_long| Attempt {
@@ -514,7 +515,7 @@ impl Sender {
         let status = resp.status();
         // Every response teaches the source's budget, successful ones included: the
         // point is to slow down before the sender refuses.
-        let retry_after = self.budget.observe(resp.headers());
+        let retry_after = self.budget.observe(resp.headers(), sent);
         if status == StatusCode::NOT_FOUND {
             return Ok(None);
         }

@@ -553,6 +553,18 @@ fn write_tx<T>(
     Ok(v)
 }
 
+/// Inside [`Db::write`]'s transaction: marks where the rest of it can be undone
+/// ([`rollback_to_savepoint`]).
+pub(crate) fn savepoint(conn: &mut Conn) -> diesel::QueryResult<()> {
+    conn.batch_execute("SAVEPOINT undo")
+}
+
+/// Undoes everything since [`savepoint`], its row locks included; the transaction
+/// goes on.
+pub(crate) fn rollback_to_savepoint(conn: &mut Conn) -> diesel::QueryResult<()> {
+    conn.batch_execute("ROLLBACK TO SAVEPOINT undo")
+}
+
 fn migrate(conn: &mut Conn) -> Result<Vec<String>, DbError> {
     let fail = |e: Box<dyn std::error::Error + Send + Sync>| {
         DbError::Unavailable(format!("migration failed: {e}"))

@@ -152,12 +152,12 @@ impl Store {
             let rows = !changes.is_empty();
             let mut written = 0;
             if rows {
-                sql::savepoint(conn)?;
+                crate::db::savepoint(conn)?;
                 written = apply_batch(conn, &changes, guard)?.len();
             }
             if let Err(lost) = mark.fence().check(conn)? {
                 if rows {
-                    sql::rollback_to_savepoint(conn)?;
+                    crate::db::rollback_to_savepoint(conn)?;
                 }
                 return Ok(Err(lost));
             }

@@ -18,22 +18,3 @@ pub(crate) use resources::{
     stored_rows_with_states, tombstone, tombstone_account, upsert_many, upsert_sql,
 };
 pub use resources::{ResourceRow, StoredRow};
-
-use diesel::RunQueryDsl;
-
-use crate::db::sql::query;
-use crate::db::{Conn, on_conn};
-
-/// Marks where the rest of the transaction can be undone (`rollback_to_savepoint`).
-pub(crate) fn savepoint(conn: &mut Conn) -> diesel::QueryResult<()> {
-    let q = query(conn.backend(), "SAVEPOINT page");
-    on_conn!(conn, c => q.execute(c))?;
-    Ok(())
-}
-
-/// Undoes everything since `savepoint`, its row locks included.
-pub(crate) fn rollback_to_savepoint(conn: &mut Conn) -> diesel::QueryResult<()> {
-    let q = query(conn.backend(), "ROLLBACK TO SAVEPOINT page");
-    on_conn!(conn, c => q.execute(c))?;
-    Ok(())
-}

@@ -102,6 +102,10 @@ pub struct StageSeconds {
     pub read_items: f64,
     /// The local rows of a page's ids.
     pub local_read: f64,
+    /// Reads of local rows (of up to 1,000 ids) done as one range of the primary key,
+    /// for pages listed in id order (`store::Store::stored_rows_of_page`); a count,
+    /// not seconds.
+    pub local_read_ranges: u32,
     /// Listed against local, page by page.
     pub compare: f64,
     /// The drift's guarded write with the page's bookkeeping, commit included.

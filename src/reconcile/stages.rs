@@ -46,6 +46,7 @@ pub(super) async fn read_page(
     key: &Key,
     kind: &KindConfig,
     page: crate::sender::Page,
+    ranges: std::sync::Arc<crate::store::RangeReads>,
 ) -> Result<ReadPage, RunError> {
     if kind.listing == Listing::Events {
         return Ok((page, Vec::new(), Vec::new(), (0.0, 0.0)));
@@ -66,7 +67,7 @@ pub(super) async fn read_page(
             ReadItem::Unreadable { .. } => None,
         })
         .collect();
-    let local = store.stored_rows(key, ids).await?;
+    let local = store.stored_rows_of_page(key, ids, ranges).await?;
     Ok((
         page,
         read,

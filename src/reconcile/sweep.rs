@@ -217,15 +217,18 @@ impl Reconciler {
             pages_tx,
         )));
         let (read_tx, mut read_rx) = tokio::sync::mpsc::channel(1);
+        let ranges = Arc::new(crate::store::RangeReads::default());
         let _reader = {
             let (store, key, kind) = (self.store.clone(), run.key(), kind.clone());
+            let ranges = ranges.clone();
             AbortOnDropHandle::new(tokio::spawn(async move {
                 while let Some(fetched) = pages_rx.recv().await {
                     let failed = fetched.is_err();
                     let (store, key, kind) = (store.clone(), key.clone(), kind.clone());
+                    let ranges = ranges.clone();
                     // Dropped with the channel when the run stops: the read is aborted.
                     let read = AbortOnDropHandle::new(tokio::spawn(async move {
-                        read_page(&store, &key, &kind, fetched?).await
+                        read_page(&store, &key, &kind, fetched?, ranges).await
                     }));
                     if read_tx.send(read).await.is_err() || failed {
                         break;
@@ -305,6 +308,7 @@ impl Reconciler {
         // must not land after the run's end is recorded); a run that ends early saves
         // the resume point its committed pages reached.
         let drained = self.drain_writes(run, &mut writes).await;
+        run.report.stages.local_read_ranges = ranges.read();
         if listed.is_err() || drained.is_err() {
             self.record_resume_point(run, &writes, run_id).await;
         }

@@ -12,6 +12,7 @@ mod sql;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::bookkeeping::{Fence, LeaseLost, PageMark};
 pub use crate::change::tie::Guard;
@@ -179,6 +180,38 @@ impl Store {
                 let mut rows = Vec::with_capacity(ids.len());
                 for chunk in ids.chunks(MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    rows.extend(sql::stored_rows(c, &key, &refs)?);
+                }
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// [`Self::stored_rows`] for a listed page: when its ids are in key order (a
+    /// listing sorted by id, either way) they are read as one range of the primary
+    /// key, else id by id. A run shares one [`RangeReads`] across its pages: after a few
+    /// ranges that held too many rows the listing is taken as not in id order and its
+    /// pages are probed, so a range is tried at most [`RangeReads::TRIES`] times in vain.
+    pub async fn stored_rows_of_page(
+        &self,
+        key: &Key,
+        ids: Vec<String>,
+        ranges: Arc<RangeReads>,
+    ) -> Result<Vec<StoredRow>, DbError> {
+        let key = key.clone();
+        self.db
+            .read(move |c| {
+                let mut rows = Vec::with_capacity(ids.len());
+                for chunk in ids.chunks(MAX_IN_LIST) {
+                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                    if refs.len() > 1 && ranges.worth_trying() && sql::in_key_order(&refs) {
+                        if let Some(found) = sql::stored_rows_in_range(c, &key, &refs)? {
+                            ranges.read.fetch_add(1, Ordering::Relaxed);
+                            rows.extend(found);
+                            continue;
+                        }
+                        ranges.in_vain.fetch_add(1, Ordering::Relaxed);
+                    }
                     rows.extend(sql::stored_rows(c, &key, &refs)?);
                 }
                 Ok(rows)
@@ -593,6 +626,34 @@ impl Written for Result<usize, LeaseLost> {
 /// (`benches/webhook_ingest` runs the same SQL without the product around it). Not an
 /// API: nothing but the benchmarks may run SQL on the store's tables.
 #[doc(hidden)]
+/// How one run's pages were read by [`Store::stored_rows_of_page`]: how many as a key
+/// range, and how many ranges held too many rows to use.
+#[derive(Debug, Default)]
+pub struct RangeReads {
+    read: AtomicU32,
+    in_vain: AtomicU32,
+}
+
+impl RangeReads {
+    /// Ranges tried in vain before a run stops trying them: a listing in id order
+    /// that skips many local rows costs at most this many wasted range reads.
+    pub const TRIES: u32 = 3;
+
+    fn worth_trying(&self) -> bool {
+        self.in_vain.load(Ordering::Relaxed) < Self::TRIES
+    }
+
+    /// Pages (of up to 1,000 ids) read as a key range.
+    pub fn read(&self) -> u32 {
+        self.read.load(Ordering::Relaxed)
+    }
+
+    /// Ranges that held too many rows (those pages were then probed id by id).
+    pub fn in_vain(&self) -> u32 {
+        self.in_vain.load(Ordering::Relaxed)
+    }
+}
+
 pub mod baseline {
     use crate::change::tie::Guard;
     use crate::config::Backend;

@@ -57,6 +57,7 @@ both_backends!(
     every_write_keeps_the_state_digest_and_rows_without_one_are_read_with_their_state,
     the_same_id_in_two_accounts_is_two_rows_each_with_its_own_guard,
     a_concurrent_burst_of_every_outcome_records_what_it_answers,
+    a_page_in_id_order_is_read_as_a_key_range_with_exactly_its_rows,
 );
 
 /// Groups mix every outcome (on PostgreSQL the claim records a predicted outcome and
@@ -606,4 +607,97 @@ async fn the_same_id_in_two_accounts_is_two_rows_each_with_its_own_guard(b: Back
         .unwrap();
     let accounts: Vec<&str> = page.changes.iter().map(|c| c.account.as_str()).collect();
     assert_eq!(accounts, ["acct_1", "acct_2", ""]);
+}
+
+/// A page listed in id order is read as one range of the primary key; the rows come out
+/// exactly as the id-by-id read gives them (local rows the page skips dropped, another
+/// account's and kind's rows never read), either way round; a range holding too many
+/// rows falls back to the probes, and a run stops trying after `RangeReads::TRIES`.
+async fn a_page_in_id_order_is_read_as_a_key_range_with_exactly_its_rows(b: Backend) {
+    use std::sync::Arc;
+    use webhook_reconciler::store::RangeReads;
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let id = |i: usize| format!("k{i:03}");
+    let mut rows: Vec<Change> = (0..100).map(|i| order(&id(i), 1, "paid")).collect();
+    let mut elsewhere = order("k050x", 1, "other account");
+    elsewhere.account = "acct_2".into();
+    rows.push(elsewhere);
+    let mut other_kind = order("k050y", 1, "other kind");
+    other_kind.kind = "refund".into();
+    rows.push(other_kind);
+    store.apply_batch(rows).await.unwrap();
+    let mut tomb = order(&id(30), 2, "paid");
+    tomb.state = None;
+    tomb.action = Action::Delete;
+    store.apply_event(delivery("e1", tomb)).await.unwrap();
+    db.execute("UPDATE resources SET state_digest = NULL WHERE id = 'k020'");
+
+    let key = Key::new("shop", "order");
+    let sorted = |mut rows: Vec<webhook_reconciler::store::StoredRow>| {
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        rows
+    };
+    // Listed: every id but k010..k014 (deleted at the sender), and two ids not stored.
+    let mut page: Vec<String> = (0..100).filter(|i| !(10..15).contains(i)).map(id).collect();
+    let at = page.iter().position(|i| i == "k051").unwrap();
+    page.insert(at, "k050z".into());
+    page.push("k100".into());
+    let ranges = Arc::new(RangeReads::default());
+    let probed = sorted(store.stored_rows(&key, page.clone()).await.unwrap());
+    assert_eq!(probed.len(), 95);
+    let by_range = sorted(
+        store
+            .stored_rows_of_page(&key, page.clone(), ranges.clone())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(by_range, probed);
+    assert!(by_range.iter().all(|r| !(10..15).any(|i| r.id == id(i))));
+    let k020 = by_range.iter().find(|r| r.id == "k020").unwrap();
+    assert!(k020.digest.is_none() && k020.state.is_some(), "{k020:?}");
+    assert!(by_range.iter().find(|r| r.id == "k030").unwrap().deleted);
+    page.reverse();
+    let descending = sorted(
+        store
+            .stored_rows_of_page(&key, page.clone(), ranges.clone())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(descending, probed);
+    assert_eq!((ranges.read(), ranges.in_vain()), (2, 0));
+
+    // Not in id order: probed, no range tried.
+    let shuffled: Vec<String> = ["k005", "k001", "k003"].map(String::from).to_vec();
+    let rows = store
+        .stored_rows_of_page(&key, shuffled.clone(), ranges.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(rows),
+        sorted(store.stored_rows(&key, shuffled).await.unwrap())
+    );
+    assert_eq!((ranges.read(), ranges.in_vain()), (2, 0));
+
+    // In id order, but the range holds 100 rows for 2 ids: probed instead.
+    let sparse: Vec<String> = vec![id(0), id(99)];
+    for attempt in 1..=RangeReads::TRIES + 1 {
+        let rows = store
+            .stored_rows_of_page(&key, sparse.clone(), ranges.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            sorted(rows)
+                .iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>(),
+            ["k000", "k099"]
+        );
+        assert_eq!(
+            (ranges.read(), ranges.in_vain()),
+            (2, attempt.min(RangeReads::TRIES)),
+            "after {} ranges in vain a run stops trying them",
+            RangeReads::TRIES
+        );
+    }
 }

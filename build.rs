@@ -8,8 +8,13 @@ fn main() {
     // not be picked up by an incremental build.
     println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-env-changed=WR_GIT_COMMIT");
+    // Only paths that exist: cargo takes a missing one as changed and rebuilds every
+    // time (a checkout without `.git/packed-refs`). `git pack-refs` creating it also
+    // changes `.git/refs/heads`, so the commit is still read again then.
     for path in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
-        println!("cargo:rerun-if-changed={path}");
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
     let commit = std::env::var("WR_GIT_COMMIT")
         .ok()

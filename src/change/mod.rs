@@ -270,7 +270,11 @@ pub fn read_id(doc: &impl Document, pointer: &str) -> Result<String, ExtractErro
     let v = lookup(doc, "id", pointer)?;
     match &*v {
         Value::String(s) => match limits::check_id(s) {
-            Ok(()) => Ok(s.clone()),
+            // Moved out when the document made it for this call (a scanned item).
+            Ok(()) => Ok(match v {
+                Cow::Owned(Value::String(s)) => s,
+                _ => s.clone(),
+            }),
             Err(reason) => Err(ExtractError::Invalid {
                 what: "id",
                 pointer: pointer.into(),
@@ -309,6 +313,17 @@ pub fn read_version(
     };
     match format {
         VersionFormat::Integer => {
+            // The common case without formatting the number again: an integer literal
+            // (serde_json's arbitrary precision parses the same text as below).
+            if let Value::Number(n) = v
+                && let Some(i) = n.as_i64()
+            {
+                return if i < 0 {
+                    Err(invalid(format!("{i} is negative")))
+                } else {
+                    Ok(i)
+                };
+            }
             let text = match v {
                 Value::Number(n) => n.to_string(),
                 // Some senders quote large versions to survive JavaScript clients.

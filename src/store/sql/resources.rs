@@ -283,15 +283,21 @@ pub(crate) fn stored_rows_in_range(
     if rows.len() >= limit {
         return Ok(None);
     }
-    let mut sorted = ids.to_vec();
-    if first > last {
-        sorted.reverse();
+    // Both in ascending key order: one merge walk keeps the rows whose id is listed.
+    let ascending: Vec<&str> = if first > last {
+        ids.iter().rev().copied().collect()
+    } else {
+        ids.to_vec()
+    };
+    let mut listed = ascending.into_iter().peekable();
+    let mut kept = Vec::with_capacity(rows.len());
+    for row in rows {
+        while listed.next_if(|id| *id < row.id.as_str()).is_some() {}
+        if listed.next_if_eq(&row.id.as_str()).is_some() {
+            kept.push(row);
+        }
     }
-    Ok(Some(
-        rows.into_iter()
-            .filter(|r| sorted.binary_search(&r.id.as_str()).is_ok())
-            .collect(),
-    ))
+    Ok(Some(kept))
 }
 
 fn rows_by_id(

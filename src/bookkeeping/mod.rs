@@ -116,10 +116,15 @@ impl Fence {
         if sql::renew_lease(conn, &self.key, &self.holder, self.ttl.as_secs_f64())? {
             return Ok(Ok(()));
         }
+        Ok(Err(self.lost(conn)?))
+    }
+
+    /// Who holds the lease now that it is not ours.
+    fn lost(&self, conn: &mut Conn) -> diesel::QueryResult<LeaseLost> {
         let now = sql::current_lease(conn, &self.key)?;
-        Ok(Err(LeaseLost(
+        Ok(LeaseLost(
             now.map_or_else(|| "nobody".to_string(), |(h, _)| h),
-        )))
+        ))
     }
 }
 
@@ -149,16 +154,48 @@ pub struct PageMark {
 }
 
 impl PageMark {
-    /// The lease check to run first in the page's transaction.
-    pub(crate) fn fence(&self) -> &Fence {
-        &self.fence
-    }
-
     /// The same mark, leaving the checkpoint as it is: for a page whose commit may land
     /// before an earlier page's while no position of this run is known committed yet.
     pub fn keeping_checkpoint(mut self) -> Self {
         self.keep_checkpoint = true;
         self
+    }
+
+    /// The lease check, then the mark recorded, in the caller's transaction; `applied`
+    /// rows were written by this page. `Ok(Err(_))` when the lease is no longer ours:
+    /// nothing is recorded and the caller undoes its rows. On PostgreSQL a page that
+    /// moves the checkpoint does it in one statement
+    /// ([`sql::renew_lease_and_record_page`]).
+    pub(crate) fn check_and_record(
+        &self,
+        conn: &mut Conn,
+        applied: usize,
+    ) -> diesel::QueryResult<Result<(), LeaseLost>> {
+        if let (Conn::Postgres(c), Some((position, started)), false) =
+            (&mut *conn, &self.resume_at, self.keep_checkpoint)
+        {
+            let mut counts = self.counts;
+            counts.applied += applied as i64;
+            let f = &self.fence;
+            if sql::renew_lease_and_record_page(
+                c,
+                &f.key,
+                &f.holder,
+                f.ttl.as_secs_f64(),
+                position,
+                *started,
+                self.run.0,
+                &counts,
+            )? {
+                return Ok(Ok(()));
+            }
+            return Ok(Err(f.lost(conn)?));
+        }
+        if let Err(lost) = self.fence.check(conn)? {
+            return Ok(Err(lost));
+        }
+        self.record(conn, applied)?;
+        Ok(Ok(()))
     }
 
     /// Records the mark in the caller's transaction; `applied` rows were written by

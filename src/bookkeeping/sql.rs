@@ -191,6 +191,71 @@ pub(crate) fn take_over_lease(
     Ok(n == 1)
 }
 
+/// On PostgreSQL, a page's lease renewal, checkpoint and run counts in one statement
+/// (one round trip where three followed each other on every page, the first waiting
+/// for the previous page's commit): the checkpoint and the counts are written only if
+/// the lease was still ours. Returns whether it was. The lease row is locked first, as
+/// [`renew_lease`] then [`set_checkpoint`] and [`update_run`] lock them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn renew_lease_and_record_page(
+    c: &mut diesel::PgConnection,
+    key: &Key,
+    holder: &str,
+    ttl_secs: f64,
+    position: &str,
+    sweep_started_at: DbTime,
+    run: i64,
+    counts: &RunCounts,
+) -> diesel::QueryResult<bool> {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let b = crate::config::Backend::Postgres;
+    let q = query(
+        b,
+        &format!(
+            "WITH lease AS (UPDATE reconcile_leases SET expires_at = {} \
+             WHERE source = $1 AND kind = $2 AND holder = $4 AND account = $3 RETURNING 1), \
+             checkpoint AS (INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at, account) \
+             SELECT $1, $2, $6, {}, $3 FROM lease \
+             ON CONFLICT (source, account, kind) DO UPDATE SET position = excluded.position, \
+             sweep_started_at = excluded.sweep_started_at, updated_at = now()), \
+             run AS (UPDATE reconcile_runs SET status = '{}', finished_at = NULL, error = NULL, pages = $9, scanned = $10, missing = $11, newer_remote = $12, \
+             differing = $13, newer_local = $14, equal = $15, applied = $16, tombstoned = $17, skipped = $18 \
+             WHERE id = $8 AND EXISTS (SELECT 1 FROM lease)) \
+             SELECT COUNT(*) AS n FROM lease",
+            plus_seconds(b, 5),
+            ts_param(b, 7),
+            RunState::Running.as_str()
+        ),
+    );
+    // Prepared: every reconcile page runs it.
+    let renewed: Count = prepared(
+        q.bind::<Text, _>(key.source.as_str())
+            .bind::<Text, _>(key.kind.as_str())
+            .bind::<Text, _>(key.account.as_str())
+            .bind::<Text, _>(holder)
+            .bind::<Double, _>(ttl_secs)
+            .bind::<Text, _>(position)
+            .bind::<Text, _>(sweep_started_at.to_db(b))
+            .bind::<BigInt, _>(run)
+            .bind::<BigInt, _>(counts.pages)
+            .bind::<BigInt, _>(counts.scanned)
+            .bind::<BigInt, _>(counts.missing)
+            .bind::<BigInt, _>(counts.newer_remote)
+            .bind::<BigInt, _>(counts.differing)
+            .bind::<BigInt, _>(counts.newer_local)
+            .bind::<BigInt, _>(counts.equal)
+            .bind::<BigInt, _>(counts.applied)
+            .bind::<BigInt, _>(counts.tombstoned)
+            .bind::<BigInt, _>(counts.skipped),
+    )
+    .get_result(c)?;
+    Ok(renewed.n == 1)
+}
+
 /// Extends our lease; false when it is no longer ours (it expired and was taken).
 pub(crate) fn renew_lease(
     conn: &mut Conn,

@@ -156,13 +156,12 @@ impl Store {
                 crate::db::savepoint(conn)?;
                 written = apply_batch(conn, &changes, guard)?.len();
             }
-            if let Err(lost) = mark.fence().check(conn)? {
+            if let Err(lost) = mark.check_and_record(conn, written)? {
                 if rows {
                     crate::db::rollback_to_savepoint(conn)?;
                 }
                 return Ok(Err(lost));
             }
-            mark.record(conn, written)?;
             Ok(Ok(written))
         })
         .await

@@ -621,10 +621,6 @@ impl Written for Result<usize, LeaseLost> {
     }
 }
 
-/// The product's claim and guarded-upsert statements, for the benchmarks' baseline
-/// (`benches/webhook_ingest` runs the same SQL without the product around it). Not an
-/// API: nothing but the benchmarks may run SQL on the store's tables.
-#[doc(hidden)]
 /// How one run's pages were read by [`Store::stored_rows_of_page`]: how many as a key
 /// range, and how many ranges held too many rows to use.
 #[derive(Debug, Default)]
@@ -653,6 +649,10 @@ impl RangeReads {
     }
 }
 
+/// The product's claim and guarded-upsert statements, for the benchmarks' baseline
+/// (`benches/webhook_ingest` runs the same SQL without the product around it). Not an
+/// API: nothing but the benchmarks may run SQL on the store's tables.
+#[doc(hidden)]
 pub mod baseline {
     use crate::change::tie::Guard;
     use crate::config::Backend;

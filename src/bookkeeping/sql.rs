@@ -51,6 +51,48 @@ pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::Query
     Ok(r.id)
 }
 
+/// A run's count columns, in the order [`bind_counts!`] binds them.
+const COUNT_COLUMNS: [&str; 10] = [
+    "pages",
+    "scanned",
+    "missing",
+    "newer_remote",
+    "differing",
+    "newer_local",
+    "equal",
+    "applied",
+    "tombstoned",
+    "skipped",
+];
+
+/// `pages = $first, scanned = $first+1, ..`: [`COUNT_COLUMNS`] set from consecutive
+/// parameters, bound by [`bind_counts!`] after the statement's others.
+fn set_counts(first: usize) -> String {
+    COUNT_COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, column)| format!("{column} = ${}", first + i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Binds a [`RunCounts`] as [`set_counts`] numbers them.
+macro_rules! bind_counts {
+    ($q:expr, $counts:expr) => {{
+        let c: &RunCounts = $counts;
+        $q.bind::<BigInt, _>(c.pages)
+            .bind::<BigInt, _>(c.scanned)
+            .bind::<BigInt, _>(c.missing)
+            .bind::<BigInt, _>(c.newer_remote)
+            .bind::<BigInt, _>(c.differing)
+            .bind::<BigInt, _>(c.newer_local)
+            .bind::<BigInt, _>(c.equal)
+            .bind::<BigInt, _>(c.applied)
+            .bind::<BigInt, _>(c.tombstoned)
+            .bind::<BigInt, _>(c.skipped)
+    }};
+}
+
 /// Records a run's progress (`Running`) or end.
 pub(crate) fn update_run(
     conn: &mut Conn,
@@ -68,26 +110,15 @@ pub(crate) fn update_run(
     let q = query(
         b,
         &format!(
-            "UPDATE reconcile_runs SET status = $1, finished_at = {finished}, pages = $2, scanned = $3, missing = $4, \
-             newer_remote = $5, differing = $6, newer_local = $7, equal = $8, applied = $9, tombstoned = $10, error = $11, \
-             skipped = $13 WHERE id = $12"
+            "UPDATE reconcile_runs SET status = $1, finished_at = {finished}, error = $2, {} WHERE id = $3",
+            set_counts(4)
         ),
     );
     // Prepared: every reconcile page records its counts.
-    on_conn!(conn, c => prepared(q
+    on_conn!(conn, c => prepared(bind_counts!(q
         .bind::<Text, _>(status.as_str())
-        .bind::<BigInt, _>(counts.pages)
-        .bind::<BigInt, _>(counts.scanned)
-        .bind::<BigInt, _>(counts.missing)
-        .bind::<BigInt, _>(counts.newer_remote)
-        .bind::<BigInt, _>(counts.differing)
-        .bind::<BigInt, _>(counts.newer_local)
-        .bind::<BigInt, _>(counts.equal)
-        .bind::<BigInt, _>(counts.applied)
-        .bind::<BigInt, _>(counts.tombstoned)
         .bind::<Nullable<Text>, _>(error)
-        .bind::<BigInt, _>(id)
-        .bind::<BigInt, _>(counts.skipped))
+        .bind::<BigInt, _>(id), counts))
         .execute(c))?;
     if status == RunState::Succeeded {
         // Freshness reads this one row per account-kind, not the runs.
@@ -222,17 +253,17 @@ pub(crate) fn renew_lease_and_record_page(
              SELECT $1, $2, $6, {}, $3 FROM lease \
              ON CONFLICT (source, account, kind) DO UPDATE SET position = excluded.position, \
              sweep_started_at = excluded.sweep_started_at, updated_at = now()), \
-             run AS (UPDATE reconcile_runs SET status = '{}', finished_at = NULL, error = NULL, pages = $9, scanned = $10, missing = $11, newer_remote = $12, \
-             differing = $13, newer_local = $14, equal = $15, applied = $16, tombstoned = $17, skipped = $18 \
+             run AS (UPDATE reconcile_runs SET status = '{}', finished_at = NULL, error = NULL, {} \
              WHERE id = $8 AND EXISTS (SELECT 1 FROM lease)) \
              SELECT COUNT(*) AS n FROM lease",
             plus_seconds(b, 5),
             ts_param(b, 7),
-            RunState::Running.as_str()
+            RunState::Running.as_str(),
+            set_counts(9)
         ),
     );
     // Prepared: every reconcile page runs it.
-    let renewed: Count = prepared(
+    let renewed: Count = prepared(bind_counts!(
         q.bind::<Text, _>(key.source.as_str())
             .bind::<Text, _>(key.kind.as_str())
             .bind::<Text, _>(key.account.as_str())
@@ -240,18 +271,9 @@ pub(crate) fn renew_lease_and_record_page(
             .bind::<Double, _>(ttl_secs)
             .bind::<Text, _>(position)
             .bind::<Text, _>(sweep_started_at.to_db(b))
-            .bind::<BigInt, _>(run)
-            .bind::<BigInt, _>(counts.pages)
-            .bind::<BigInt, _>(counts.scanned)
-            .bind::<BigInt, _>(counts.missing)
-            .bind::<BigInt, _>(counts.newer_remote)
-            .bind::<BigInt, _>(counts.differing)
-            .bind::<BigInt, _>(counts.newer_local)
-            .bind::<BigInt, _>(counts.equal)
-            .bind::<BigInt, _>(counts.applied)
-            .bind::<BigInt, _>(counts.tombstoned)
-            .bind::<BigInt, _>(counts.skipped),
-    )
+            .bind::<BigInt, _>(run),
+        counts
+    ))
     .get_result(c)?;
     Ok(renewed.n == 1)
 }

@@ -173,17 +173,7 @@ impl Store {
         key: &Key,
         ids: Vec<String>,
     ) -> Result<Vec<StoredRow>, DbError> {
-        let key = key.clone();
-        self.db
-            .read(move |c| {
-                let mut rows = Vec::with_capacity(ids.len());
-                for chunk in ids.chunks(MAX_IN_LIST) {
-                    let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    rows.extend(sql::stored_rows(c, &key, &refs)?);
-                }
-                Ok(rows)
-            })
-            .await
+        self.rows_of(key, ids, None).await
     }
 
     /// [`Self::stored_rows`] for a listed page: when its ids are in key order (a
@@ -197,13 +187,27 @@ impl Store {
         ids: Vec<String>,
         ranges: Arc<RangeReads>,
     ) -> Result<Vec<StoredRow>, DbError> {
+        self.rows_of(key, ids, Some(ranges)).await
+    }
+
+    /// The rows of `ids`, in reads of up to 1,000 ids: probed, or with `ranges` as
+    /// [`Self::stored_rows_of_page`] reads them.
+    async fn rows_of(
+        &self,
+        key: &Key,
+        ids: Vec<String>,
+        ranges: Option<Arc<RangeReads>>,
+    ) -> Result<Vec<StoredRow>, DbError> {
         let key = key.clone();
         self.db
             .read(move |c| {
                 let mut rows = Vec::with_capacity(ids.len());
                 for chunk in ids.chunks(MAX_IN_LIST) {
                     let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                    if refs.len() > 1 && ranges.worth_trying() && sql::in_key_order(&refs) {
+                    if let Some(ranges) = ranges
+                        .as_ref()
+                        .filter(|r| refs.len() > 1 && r.worth_trying() && sql::in_key_order(&refs))
+                    {
                         if let Some(found) = sql::stored_rows_in_range(c, &key, &refs)? {
                             ranges.read.fetch_add(1, Ordering::Relaxed);
                             rows.extend(found);

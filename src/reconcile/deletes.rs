@@ -3,6 +3,8 @@
 
 use std::hash::BuildHasher;
 
+use tokio_util::task::AbortOnDropHandle;
+
 use super::sweep::{DRY_RUN_EXAMPLES, Run};
 use super::{Reconciler, RunError};
 use crate::change::Key;
@@ -32,7 +34,7 @@ const BLOOM_FP_RATE: f64 = 0.001;
 /// seed is new each sweep), never tombstones a live one.
 #[derive(Default)]
 pub(super) struct SeenIds {
-    state: std::collections::hash_map::RandomState,
+    state: foldhash::quality::RandomState,
     exact: Vec<u64>,
     sorted: bool,
     /// Once sealed: where each bucket of the exact hashes (by their top bits) starts, a
@@ -272,14 +274,30 @@ impl Reconciler {
 }
 
 /// A keyset scan over a kind's live rows last written before the sweep began, a page of
-/// ids at a time.
+/// ids at a time. The next page is read while the caller checks this one: the scan runs
+/// after the sweep, on the run's path, and the database's read of a page (~7 ms for
+/// 10,000 ids) then hides the lookups and the decoding of the page before.
 #[derive(Default)]
 struct LiveScan {
-    after: String,
+    next: Option<AbortOnDropHandle<Result<Vec<String>, crate::db::DbError>>>,
     done: bool,
 }
 
 impl LiveScan {
+    fn read_after(
+        r: &Reconciler,
+        key: &Key,
+        sweep_started: DbTime,
+        after: String,
+    ) -> AbortOnDropHandle<Result<Vec<String>, crate::db::DbError>> {
+        let (store, key) = (r.store.clone(), key.clone());
+        AbortOnDropHandle::new(tokio::spawn(async move {
+            store
+                .live_ids_before(&key, sweep_started, after, DELETE_SCAN_PAGE)
+                .await
+        }))
+    }
+
     async fn next(
         &mut self,
         r: &Reconciler,
@@ -289,13 +307,20 @@ impl LiveScan {
         if self.done {
             return Ok(None);
         }
-        let ids = r
-            .store
-            .live_ids_before(key, sweep_started, self.after.clone(), DELETE_SCAN_PAGE)
-            .await?;
+        let read = match self.next.take() {
+            Some(read) => read,
+            None => Self::read_after(r, key, sweep_started, String::new()),
+        };
+        let ids = read
+            .await
+            .map_err(|e| RunError::from(crate::db::DbError::Task(e.to_string())))??;
+        // Rows this page's caller tombstones are at or before its last id, so the next
+        // page, read from after it, is the same whether or not they are written yet.
         match ids.last() {
-            Some(last) => self.after = last.clone(),
-            None => self.done = true,
+            Some(last) if ids.len() as i64 == DELETE_SCAN_PAGE => {
+                self.next = Some(Self::read_after(r, key, sweep_started, last.clone()));
+            }
+            _ => self.done = true,
         }
         Ok((!ids.is_empty()).then_some(ids))
     }

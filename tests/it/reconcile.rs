@@ -170,6 +170,7 @@ both_backends!(
     two_concurrent_reconciles_of_one_kind_run_once_and_report_the_lease,
     a_same_second_conflict_is_resolved_from_the_senders_current_state,
     a_complete_sweep_tombstones_rows_the_sender_no_longer_lists,
+    deletions_on_either_side_of_the_deletion_scans_pages_are_all_found,
     incremental_runs_list_only_what_changed_since_the_watermark_between_full_sweeps,
     a_resume_point_the_sender_refuses_starts_the_sweep_over,
 );
@@ -548,6 +549,46 @@ async fn a_complete_sweep_tombstones_rows_the_sender_no_longer_lists(b: Backend)
         );
     }
     assert_eq!(r.book().last_full_sweep_size(&key).await.unwrap(), Some(7));
+}
+
+/// The deletion scan reads a kind's live ids 10,000 at a time, reading the next page
+/// while it checks one: rows gone at the sender on either side of its page boundaries
+/// are all found, in both of its passes (count, then tombstone), and a kind of exactly
+/// two full scan pages ends the scan.
+async fn deletions_on_either_side_of_the_deletion_scans_pages_are_all_found(b: Backend) {
+    let db = TestDb::new(b);
+    let sim = sim_with(Style::Cursor).await;
+    let id = |i: usize| format!("o{i:05}");
+    for i in 0..20_000 {
+        sim.put("orders", &id(i), 1, order_fields("x"));
+    }
+    let config = reconcile_config(&db.url, &sim, Style::Cursor, "", "detect_deletes = true")
+        .replace("page_size = 7", "page_size = 1000");
+    let r = reconciler_for(&config).await;
+    let first = run(&r, "order", false).await;
+    assert_eq!(first.counts.applied, 20_000, "{first:?}");
+    assert!(eventually(Duration::from_secs(2), || async { db.clock_past_writes() }).await);
+    let gone = [0, 9_999, 10_000, 19_999];
+    for i in gone {
+        sim.remove("orders", &id(i));
+    }
+    let report = run(&r, "order", false).await;
+    assert_eq!(report.counts.tombstoned, 4, "{report:?}");
+    for i in gone {
+        assert!(
+            db.resource("shop", "order", &id(i)).unwrap().deleted,
+            "{}",
+            id(i)
+        );
+    }
+    for i in [1, 9_998, 10_001, 19_998] {
+        assert!(
+            !db.resource("shop", "order", &id(i)).unwrap().deleted,
+            "{}",
+            id(i)
+        );
+    }
+    assert_eq!(db.count("resources WHERE NOT deleted"), 19_996);
 }
 
 async fn incremental_runs_list_only_what_changed_since_the_watermark_between_full_sweeps(

@@ -275,7 +275,7 @@ impl Reconciler {
 
 /// A keyset scan over a kind's live rows last written before the sweep began, a page of
 /// ids at a time. The next page is read while the caller checks this one: the scan runs
-/// after the sweep, on the run's path, and the database's read of a page (~7 ms for
+/// after the sweep, on the run's path, and the database's read of a page (~5 ms for
 /// 10,000 ids) then hides the lookups and the decoding of the page before.
 #[derive(Default)]
 struct LiveScan {

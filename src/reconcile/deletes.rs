@@ -149,6 +149,116 @@ impl SeenIds {
     }
 }
 
+impl Reconciler {
+    /// After a complete full sweep: finds the live rows of the kind not in `seen` and
+    /// not written since `sweep_started`, and tombstones them — unless they are more
+    /// than the kind's `max_delete_fraction` of its live rows (a listing that suddenly
+    /// lacks items is more likely broken than emptied), which fails the run and
+    /// tombstones nothing unless `--allow-mass-delete` was given. A dry run counts them
+    /// and lists the first few.
+    pub(super) async fn detect_deletes(
+        &self,
+        run: &mut Run<'_>,
+        seen: &SeenIds,
+        sweep_started: DbTime,
+        dry_run: bool,
+    ) -> Result<(), RunError> {
+        let (source, kind) = (run.source, run.kind);
+        // First pass: count, without writing anything.
+        let mut gone = 0usize;
+        let mut scan = LiveScan::start(self, run.key(), sweep_started);
+        while let Some(ids) = scan.next().await? {
+            for id in ids.iter().filter(|id| !seen.contains(id)) {
+                gone += 1;
+                if dry_run && run.report.would_tombstone.len() < DRY_RUN_EXAMPLES {
+                    run.report.would_tombstone.push(id.clone());
+                }
+            }
+        }
+        if dry_run || gone == 0 {
+            run.report.counts.tombstoned = gone as i64;
+            return Ok(());
+        }
+        let live = self.store.count_live(&run.key()).await? as usize;
+        let fraction = kind.max_delete_fraction;
+        if gone as f64 > fraction * live as f64 && !run.opts.allow_mass_delete {
+            return Err(RunError::MassDelete {
+                sender: source.name.clone(),
+                kind: kind.name.clone(),
+                would: gone,
+                live,
+                fraction,
+            });
+        }
+        // Second pass: tombstone. A row written since the sweep began is skipped by the
+        // statement itself, so a webhook landing between the passes is safe; tombstoned
+        // rows leave the scan (it reads live rows) without moving its keyset position.
+        let fence = self.book.fence(&run.key(), source.reconcile.lease_ttl);
+        let mut total = 0;
+        let mut scan = LiveScan::start(self, run.key(), sweep_started);
+        while let Some(ids) = scan.next().await? {
+            let unseen: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
+            if !unseen.is_empty() {
+                total += self
+                    .store
+                    .tombstone(&run.key(), unseen, sweep_started, fence.clone())
+                    .await??;
+            }
+        }
+        run.report.counts.tombstoned = total as i64;
+        Ok(())
+    }
+}
+
+/// A keyset scan over a kind's live rows last written before the sweep began, a page of
+/// ids at a time. The next page is read while the caller checks this one: the scan runs
+/// after the sweep, on the run's path, and the database's read of a page (~5 ms for
+/// 10,000 ids) then hides the lookups and the decoding of the page before.
+struct LiveScan {
+    store: crate::store::Store,
+    key: Key,
+    sweep_started: DbTime,
+    /// The read of the next page; `None` once a short page ended the scan.
+    next: Option<AbortOnDropHandle<Result<Vec<String>, crate::db::DbError>>>,
+}
+
+impl LiveScan {
+    fn start(r: &Reconciler, key: Key, sweep_started: DbTime) -> Self {
+        let mut scan = LiveScan {
+            store: r.store.clone(),
+            key,
+            sweep_started,
+            next: None,
+        };
+        scan.read_after(String::new());
+        scan
+    }
+
+    fn read_after(&mut self, after: String) {
+        let (store, key, before) = (self.store.clone(), self.key.clone(), self.sweep_started);
+        self.next = Some(AbortOnDropHandle::new(tokio::spawn(async move {
+            store
+                .live_ids_before(&key, before, after, DELETE_SCAN_PAGE)
+                .await
+        })));
+    }
+
+    async fn next(&mut self) -> Result<Option<Vec<String>>, RunError> {
+        let Some(read) = self.next.take() else {
+            return Ok(None);
+        };
+        let ids = read
+            .await
+            .map_err(|e| RunError::from(crate::db::DbError::Task(e.to_string())))??;
+        // Rows this page's caller tombstones are at or before its last id, so the next
+        // page, read from after it, is the same whether or not they are written yet.
+        if let Some(last) = ids.last().filter(|_| ids.len() as i64 == DELETE_SCAN_PAGE) {
+            self.read_after(last.clone());
+        }
+        Ok((!ids.is_empty()).then_some(ids))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,119 +319,5 @@ mod tests {
             .filter(|i| seen.contains(&format!("id-{i}")))
             .count();
         assert!(false_positives < 1000, "{false_positives} of 100000");
-    }
-}
-
-impl Reconciler {
-    /// After a complete full sweep: finds the live rows of the kind not in `seen` and
-    /// not written since `sweep_started`, and tombstones them — unless they are more
-    /// than the kind's `max_delete_fraction` of its live rows (a listing that suddenly
-    /// lacks items is more likely broken than emptied), which fails the run and
-    /// tombstones nothing unless `--allow-mass-delete` was given. A dry run counts them
-    /// and lists the first few.
-    pub(super) async fn detect_deletes(
-        &self,
-        run: &mut Run<'_>,
-        seen: &SeenIds,
-        sweep_started: DbTime,
-        dry_run: bool,
-    ) -> Result<(), RunError> {
-        let (source, kind) = (run.source, run.kind);
-        // First pass: count, without writing anything.
-        let mut gone = 0usize;
-        let mut scan = LiveScan::default();
-        while let Some(ids) = scan.next(self, &run.key(), sweep_started).await? {
-            for id in ids.iter().filter(|id| !seen.contains(id)) {
-                gone += 1;
-                if dry_run && run.report.would_tombstone.len() < DRY_RUN_EXAMPLES {
-                    run.report.would_tombstone.push(id.clone());
-                }
-            }
-        }
-        if dry_run || gone == 0 {
-            run.report.counts.tombstoned = gone as i64;
-            return Ok(());
-        }
-        let live = self.store.count_live(&run.key()).await? as usize;
-        let fraction = kind.max_delete_fraction;
-        if gone as f64 > fraction * live as f64 && !run.opts.allow_mass_delete {
-            return Err(RunError::MassDelete {
-                sender: source.name.clone(),
-                kind: kind.name.clone(),
-                would: gone,
-                live,
-                fraction,
-            });
-        }
-        // Second pass: tombstone. A row written since the sweep began is skipped by the
-        // statement itself, so a webhook landing between the passes is safe; tombstoned
-        // rows leave the scan (it reads live rows) without moving its keyset position.
-        let fence = self.book.fence(&run.key(), source.reconcile.lease_ttl);
-        let mut total = 0;
-        let mut scan = LiveScan::default();
-        while let Some(ids) = scan.next(self, &run.key(), sweep_started).await? {
-            let unseen: Vec<String> = ids.into_iter().filter(|id| !seen.contains(id)).collect();
-            if !unseen.is_empty() {
-                total += self
-                    .store
-                    .tombstone(&run.key(), unseen, sweep_started, fence.clone())
-                    .await??;
-            }
-        }
-        run.report.counts.tombstoned = total as i64;
-        Ok(())
-    }
-}
-
-/// A keyset scan over a kind's live rows last written before the sweep began, a page of
-/// ids at a time. The next page is read while the caller checks this one: the scan runs
-/// after the sweep, on the run's path, and the database's read of a page (~5 ms for
-/// 10,000 ids) then hides the lookups and the decoding of the page before.
-#[derive(Default)]
-struct LiveScan {
-    next: Option<AbortOnDropHandle<Result<Vec<String>, crate::db::DbError>>>,
-    done: bool,
-}
-
-impl LiveScan {
-    fn read_after(
-        r: &Reconciler,
-        key: &Key,
-        sweep_started: DbTime,
-        after: String,
-    ) -> AbortOnDropHandle<Result<Vec<String>, crate::db::DbError>> {
-        let (store, key) = (r.store.clone(), key.clone());
-        AbortOnDropHandle::new(tokio::spawn(async move {
-            store
-                .live_ids_before(&key, sweep_started, after, DELETE_SCAN_PAGE)
-                .await
-        }))
-    }
-
-    async fn next(
-        &mut self,
-        r: &Reconciler,
-        key: &Key,
-        sweep_started: DbTime,
-    ) -> Result<Option<Vec<String>>, RunError> {
-        if self.done {
-            return Ok(None);
-        }
-        let read = match self.next.take() {
-            Some(read) => read,
-            None => Self::read_after(r, key, sweep_started, String::new()),
-        };
-        let ids = read
-            .await
-            .map_err(|e| RunError::from(crate::db::DbError::Task(e.to_string())))??;
-        // Rows this page's caller tombstones are at or before its last id, so the next
-        // page, read from after it, is the same whether or not they are written yet.
-        match ids.last() {
-            Some(last) if ids.len() as i64 == DELETE_SCAN_PAGE => {
-                self.next = Some(Self::read_after(r, key, sweep_started, last.clone()));
-            }
-            _ => self.done = true,
-        }
-        Ok((!ids.is_empty()).then_some(ids))
     }
 }

@@ -1,8 +1,7 @@
 //! Building and running `serve`: database, migrations, listener, router, the reconcile
-//! scheduler and the conflict resolver, until shutdown.
+//! scheduler and the fetcher of pending fetches, until shutdown.
 
 use crate::bookkeeping::Bookkeeping;
-use crate::change::ResourceKey;
 use crate::feed::Feed;
 use crate::feed::push::Pusher;
 use std::future::Future;
@@ -18,16 +17,15 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, Scheme};
 use crate::db::Db;
 use crate::http::{HttpState, router};
+use crate::reconcile::fetches::Fetcher;
 use crate::reconcile::{Reconciler, schedule};
 use crate::retention::Owners;
 use crate::store::Store;
-use crate::webhook::{ConflictKey, Receiver};
+use crate::webhook::Receiver;
 
 /// Shutdown waits this long for in-flight requests and the current reconcile page;
 /// shorter than the unit's TimeoutStopSec (90 s by default).
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(60);
-/// Conflicts waiting for resolution; more are left to the next reconcile.
-const CONFLICT_QUEUE: usize = 1024;
 
 /// A built, bound, not yet serving daemon. Tests build it on port 0 and read
 /// [`Application::local_addr`].
@@ -38,7 +36,6 @@ pub struct Application {
     admin: Option<(crate::http::AdminListener, crate::http::Routes)>,
     db: Db,
     reconciler: Reconciler,
-    conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
     /// One per configured consumer of the change feed.
     pushers: Vec<Pusher>,
     /// The tables' owners, for retention.
@@ -62,7 +59,6 @@ impl Application {
             }
         }
         let store = Store::new(db.clone());
-        let (conflict_tx, conflicts) = tokio::sync::mpsc::channel(CONFLICT_QUEUE);
         let mut receivers = Vec::new();
         for w in &config.warnings {
             tracing::warn!(key = w.key, "configuration: {}", w.message);
@@ -77,7 +73,7 @@ impl Application {
             }
             receivers.push((
                 source.webhook.path.clone(),
-                Receiver::new(source, store.clone()).with_conflicts(conflict_tx.clone()),
+                Receiver::new(source, store.clone()),
             ));
         }
         let listener = TcpListener::bind(config.http.listen)
@@ -126,7 +122,6 @@ impl Application {
             admin,
             db,
             reconciler,
-            conflicts,
             pushers,
             owners,
             config,
@@ -161,11 +156,9 @@ impl Application {
         let tracker = TaskTracker::new();
         let mut scheduler =
             schedule::start(self.reconciler.clone(), cancel.clone(), tracker.clone()).await?;
-        tracker.spawn(resolve_conflicts(
-            self.reconciler.clone(),
-            self.conflicts,
-            cancel.clone(),
-        ));
+        // What earlier 200s left to fetch (this process's or a dead one's) is taken
+        // from the database at once.
+        tracker.spawn(Fetcher::new(self.reconciler.clone()).run(cancel.clone()));
         tracker.spawn(prune_loop(
             self.owners.clone(),
             self.config.clone(),
@@ -274,53 +267,6 @@ async fn consumer_lag_loop(db: Db, config: Arc<Config>, cancel: CancellationToke
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(Duration::from_secs(5)) => {}
-        }
-    }
-}
-
-async fn resolve_conflicts(
-    reconciler: Reconciler,
-    mut conflicts: tokio::sync::mpsc::Receiver<ConflictKey>,
-    cancel: CancellationToken,
-) {
-    loop {
-        // Conflicts are resolved through the kind's `get`, with the account's client.
-        let ResourceKey {
-            source,
-            account,
-            kind,
-            id,
-        } = tokio::select! {
-            () = cancel.cancelled() => return,
-            next = conflicts.recv() => match next {
-                Some(k) => {
-                    crate::observability::conflicts_waiting(-1);
-                    k
-                }
-                None => return,
-            },
-        };
-        match reconciler.resolve_in(&source, &account, &kind, &id).await {
-            Ok(true) => tracing::info!(
-                source,
-                account,
-                kind,
-                id,
-                "conflict resolved from the sender's current state"
-            ),
-            Ok(false) => tracing::debug!(
-                source,
-                kind,
-                id,
-                "conflict left to the next reconcile (no get endpoint, or nothing newer)"
-            ),
-            Err(e) => tracing::warn!(
-                source,
-                kind,
-                id,
-                error = e,
-                "conflict resolution failed; the next reconcile will repair it"
-            ),
         }
     }
 }

@@ -20,6 +20,22 @@ use crate::webhook::envelope::{Envelope, KindMapping};
 /// Shopify's mandatory privacy topic: erase a shop's data.
 const SHOP_REDACT: &str = "shop/redact";
 
+/// The account a signed body names at the source's `accounts.from` pointer: none
+/// (absent or null: the sender's own account), a string id, or a non-negative integer
+/// as its decimal text (GitHub sends `"installation": {"id": 4711}`); else why not.
+fn account_named(value: Option<&serde_json::Value>) -> Result<Option<String>, &'static str> {
+    use serde_json::Value;
+    let text = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(a)) => a.clone(),
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.to_string(),
+        Some(_) => return Err("is neither a string id nor a non-negative integer"),
+    };
+    crate::change::limits::check_id(&text)
+        .map_err(|_| "is not a valid id (empty, over 1,024 bytes or with NUL)")?;
+    Ok(Some(text))
+}
+
 /// Longest reason kept with a dead letter.
 const MAX_REASON_BYTES: usize = 500;
 
@@ -71,6 +87,7 @@ impl Ingest {
                         max_state_bytes: kind.max_state_bytes,
                         max_version_ahead: kind.max_version_ahead,
                         match_prefixes: kind.match_prefixes.clone(),
+                        has_get: kind.get.is_some(),
                     },
                 );
             }
@@ -106,7 +123,9 @@ impl Ingest {
                 return self.redact_shop(env, body, body_digest, registry).await;
             }
         }
-        let mut change = match self.mapping(&env) {
+        let mapping = self.mapping(&env);
+        let settle_conflict = mapping.is_some_and(|m| m.has_get);
+        let mut change = match mapping {
             None => None,
             Some(m) => match m.change(&self.source, &env, chrono::Utc::now().timestamp_micros()) {
                 Ok(c) => Some(c),
@@ -136,19 +155,17 @@ impl Ingest {
             // The account the signed body names. A body that names none is the sender's
             // own account (`""`); one that names an account not registered or disabled
             // is `ignored` (claimed, nothing written): its first sync brings its state.
-            match env.doc.pointer(from) {
-                None | Some(serde_json::Value::Null) => {}
-                Some(serde_json::Value::String(a))
-                    if crate::change::limits::check_id(a).is_ok() =>
-                {
-                    if registry.is_enabled(&self.source, a).await? {
-                        c.account = a.clone();
+            match account_named(env.doc.pointer(from)) {
+                Ok(None) => {}
+                Ok(Some(a)) => {
+                    if registry.is_enabled(&self.source, &a).await? {
+                        c.account = a;
                     } else {
                         change = None;
                     }
                 }
-                Some(_) => {
-                    let reason = format!("the account at {from:?} is not a string id");
+                Err(why) => {
+                    let reason = format!("the account at {from:?} {why}");
                     return Err(self.dead_letter(env, reason, body).await);
                 }
             }
@@ -161,11 +178,22 @@ impl Ingest {
                 event_id: env.id.clone(),
                 event_type: env.event_type.clone(),
                 change,
+                fetch: fetch.clone(),
+                settle_conflict,
                 body_digest,
             })
             .await;
         match applied {
-            Ok(Outcome::Ignored) if fetch.is_some() => Ok((Outcome::Fetching, fetch)),
+            Ok(Outcome::Fetching) => {
+                self.store.fetches_requested();
+                Ok((Outcome::Fetching, fetch))
+            }
+            Ok(Outcome::Conflict) => {
+                if settle_conflict {
+                    self.store.fetches_requested();
+                }
+                Ok((Outcome::Conflict, key))
+            }
             Ok(outcome) => Ok((outcome, key)),
             Err(e) => Err(self.database_refused(e, env, body).await),
         }
@@ -200,6 +228,8 @@ impl Ingest {
                 event_id: env.id.clone(),
                 event_type: env.event_type.clone(),
                 change: None,
+                fetch: None,
+                settle_conflict: false,
                 body_digest,
             })
             .await;

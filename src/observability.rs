@@ -31,8 +31,6 @@ static DELIVERIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 static WRITES_IN_FLIGHT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 /// HTTP connections open (bounded by `http.max_connections`).
 static HTTP_CONNECTIONS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-/// Conflicts queued for resolution through the sender's `get`, not yet taken.
-static CONFLICTS_WAITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
 /// One delivery in the group commit's queue or transaction, for as long as it lives.
 pub struct InFlightWrite(());
@@ -60,18 +58,13 @@ pub fn connection_closed() {
     HTTP_CONNECTIONS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// A conflict entered (+1) or left (-1) the resolution queue.
-pub fn conflicts_waiting(delta: i64) {
-    CONFLICTS_WAITING.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// The daemon's in-memory queues (both bounded), as `/readyz` and `/metrics` show them:
-/// what a soak watches for growth.
+/// what a soak watches for growth. (Fetches a 200 left to do are not among them: they
+/// are kept in the database, `pending_fetches`.)
 pub fn queues() -> serde_json::Value {
     use std::sync::atomic::Ordering::Relaxed;
     serde_json::json!({
         "writes_in_flight": WRITES_IN_FLIGHT.load(Relaxed),
-        "conflicts_waiting": CONFLICTS_WAITING.load(Relaxed),
         "http_connections": HTTP_CONNECTIONS.load(Relaxed),
     })
 }
@@ -283,8 +276,10 @@ pub async fn render(db: &Db, book: &Bookkeeping, config: &Config) -> String {
     {
         use std::sync::atomic::Ordering::Relaxed;
         metrics::gauge!("webhook_writes_in_flight").set(WRITES_IN_FLIGHT.load(Relaxed) as f64);
-        metrics::gauge!("conflicts_waiting").set(CONFLICTS_WAITING.load(Relaxed) as f64);
         metrics::gauge!("http_connections_open").set(HTTP_CONNECTIONS.load(Relaxed) as f64);
+    }
+    if let Ok(counts) = crate::store::fetch_counts(db).await {
+        fetch_gauges(config, &counts);
     }
     let memory = memory(db);
     for (key, name) in [
@@ -331,4 +326,19 @@ pub fn record_run(
     }
     metrics::counter!("reconcile_items_applied_total", "source" => s, "kind" => k)
         .increment(counts.applied.max(0) as u64);
+}
+
+/// Pending fetches per source (`/metrics`): every configured source is set, so a
+/// source whose fetches were all done reads 0, not its last value.
+fn fetch_gauges(config: &Config, counts: &[crate::store::FetchCount]) {
+    for source in &config.sources {
+        let c = counts.iter().find(|c| c.source == source.name);
+        let s = source.name.clone();
+        metrics::gauge!("fetches_pending", "source" => s.clone())
+            .set(c.map_or(0.0, |c| (c.pending - c.failed) as f64));
+        metrics::gauge!("fetches_failed", "source" => s.clone())
+            .set(c.map_or(0.0, |c| c.failed as f64));
+        metrics::gauge!("fetches_oldest_seconds", "source" => s)
+            .set(c.map_or(0.0, |c| c.oldest_seconds));
+    }
 }

@@ -335,8 +335,8 @@ state = "/data"
                 )
                 .await;
                 println!(
-                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3} (opened {:>3})  http connections {:>4}  writes in flight {:>4}  conflicts waiting {:>3}  anon {:>5.1} MiB  heap {:>5.1} MiB{}{}",
-                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.opened_total, s.http_connections, s.writes_in_flight, s.conflicts_waiting, s.anon_mib, s.heap_mib,
+                    "  {:>6.0}s  RSS {:>6.1} MiB  fds {:>4}  threads {:>3}  db connections {:>3} (opened {:>3})  http connections {:>4}  writes in flight {:>4}  fetches pending {:>3}  anon {:>5.1} MiB  heap {:>5.1} MiB{}{}",
+                    s.at, s.rss_mib, s.fds, s.threads, s.connections, s.opened_total, s.http_connections, s.writes_in_flight, s.fetches_pending, s.anon_mib, s.heap_mib,
                     if s.sqlite_mib.is_nan() { String::new() } else { format!("  sqlite {:.1} MiB", s.sqlite_mib) },
                     if s.fsync_ms.is_nan() { String::new() } else { format!("  fsync {:.1} ms", s.fsync_ms) }
                 );
@@ -411,14 +411,14 @@ fn report(
     let after: Vec<Sample> = samples.iter().copied().filter(|s| s.at >= warm).collect();
     let rss_slope = probe::slope_per_hour(&after, |s| s.rss_mib);
     println!(
-        "slope per hour over the second half ({} samples): RSS {:+.2} MiB, fds {:+.1}, threads {:+.1}, db connections {:+.1}, writes in flight {:+.1}, conflicts waiting {:+.1}",
+        "slope per hour over the second half ({} samples): RSS {:+.2} MiB, fds {:+.1}, threads {:+.1}, db connections {:+.1}, writes in flight {:+.1}, fetches pending {:+.1}",
         after.len(),
         rss_slope,
         probe::slope_per_hour(&after, |s| s.fds),
         probe::slope_per_hour(&after, |s| s.threads),
         probe::slope_per_hour(&after, |s| s.connections),
         probe::slope_per_hour(&after, |s| s.writes_in_flight),
-        probe::slope_per_hour(&after, |s| s.conflicts_waiting),
+        probe::slope_per_hour(&after, |s| s.fetches_pending),
     );
     // Reconnects: each costs a login on PostgreSQL, a page cache on SQLite. An outage
     // of the database costs some; nothing else should.

@@ -22,7 +22,8 @@ pub struct Sample {
     /// pools): what it costs to reconnect is paid once each.
     pub opened_total: f64,
     pub writes_in_flight: f64,
-    pub conflicts_waiting: f64,
+    /// Fetches pending in the database (all sources).
+    pub fetches_pending: f64,
     /// Connections the daemon has accepted and not closed (`http.max_connections`).
     pub http_connections: f64,
     /// A 4 KiB write and fsync next to the SQLite database, in ms (NaN on PostgreSQL,
@@ -123,7 +124,9 @@ pub async fn sample(
         connections,
         opened_total: pools("opened_total"),
         writes_in_flight: q("writes_in_flight"),
-        conflicts_waiting: q("conflicts_waiting"),
+        fetches_pending: ready["fetches"].as_array().map_or(f64::NAN, |f| {
+            f.iter().filter_map(|c| c["pending"].as_f64()).sum()
+        }),
         http_connections: q("http_connections"),
         fsync_ms,
         heap_mib: memory_mib("resident_bytes"),

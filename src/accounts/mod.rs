@@ -194,6 +194,13 @@ impl Accounts {
         sql::finish_due(conn, source, account, kind, status, error)
     }
 
+    /// Makes an account-kind due now; whether it has a schedule (a single-account
+    /// source's kinds run on their timer instead).
+    pub async fn make_due(&self, source: &str, account: &str, kind: &str) -> Result<bool, DbError> {
+        let (s, a, k) = (source.to_string(), account.to_string(), kind.to_string());
+        self.db.write(move |c| sql::make_due(c, &s, &a, &k)).await
+    }
+
     /// Forgets a removed account's schedule.
     pub async fn forget_due(&self, source: &str, account: &str) -> Result<(), DbError> {
         let (s, a) = (source.to_string(), account.to_string());

@@ -254,6 +254,30 @@ pub(crate) fn finish_due(
     Ok(())
 }
 
+/// Makes an account-kind due now (a fetch for it gave up: a full run repairs it).
+/// Whether it has a schedule row.
+pub(crate) fn make_due(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    kind: &str,
+) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE reconcile_due SET due_at = {} WHERE source = $1 AND account = $2 AND kind = $3",
+            now(b)
+        ),
+    );
+    let n = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(account)
+        .bind::<Text, _>(kind)
+        .execute(c))?;
+    Ok(n > 0)
+}
+
 /// Forgets an account's schedule (it was removed).
 pub(crate) fn forget_due(conn: &mut Conn, source: &str, account: &str) -> diesel::QueryResult<()> {
     let q = query(

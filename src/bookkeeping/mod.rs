@@ -538,7 +538,7 @@ pub struct PruneCounts {
 /// `host:pid:start:random`: names the process in `status` and in "skipped" messages.
 /// `start` (the process's start time, in clock ticks since boot) tells a reused pid
 /// apart; `random` tells apart two reconcilers of one process (tests run several).
-fn holder_id() -> String {
+pub(crate) fn holder_id() -> String {
     format!(
         "{}:{}:{}:{:08x}",
         hostname(),
@@ -565,7 +565,7 @@ fn process_start(pid: u32) -> Option<u64> {
 /// Whether `holder` names a process of this host that no longer runs. A holder of
 /// another host, or written in another format, is never declared gone: its lease
 /// expires on its own.
-fn holder_is_gone(holder: &str) -> bool {
+pub(crate) fn holder_is_gone(holder: &str) -> bool {
     let parts: Vec<&str> = holder.split(':').collect();
     let [host, pid, start, _random] = parts[..] else {
         return false;

@@ -27,6 +27,9 @@ pub struct Args {
     pub allow_mass_delete: bool,
 }
 
+/// How long the one-shot command does pending fetches after its runs.
+const FETCH_DRAIN: Duration = Duration::from_secs(10);
+
 pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     // A dry run writes nothing, not even the schema or a new SQLite file.
     let db = if config.database.migrate && !args.dry_run {
@@ -126,6 +129,14 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         if cancel.is_cancelled() {
             break;
         }
+    }
+    if !args.dry_run && !cancel.is_cancelled() {
+        // Conflicts this run recorded (items listed in the second of the local row) and
+        // fetches left by deliveries are due now: done here when no `serve` runs. What
+        // is not done within the bound stays pending for `serve` or the next run.
+        crate::reconcile::fetches::Fetcher::new(reconciler.clone())
+            .drain(FETCH_DRAIN)
+            .await;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

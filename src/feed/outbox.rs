@@ -38,6 +38,16 @@ pub fn publish(conn: &mut Conn, rows_written: usize) -> diesel::QueryResult<Publ
     Ok(Published(sql::publish_changes(conn)? > 0))
 }
 
+/// Blanks the states of one account's kept changes, in the caller's transaction (the
+/// account's data is erased; its tombstone changes are published as usual).
+pub fn erase_account_states(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    sql::erase_account_states(conn, source, account)
+}
+
 /// Wakes the feed's readers after commits that published. Cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {

@@ -462,3 +462,18 @@ pub(crate) fn set_consumer_position(
     on_conn!(conn, c => q.bind::<Text, _>(consumer).bind::<BigInt, _>(position).execute(c))?;
     Ok(())
 }
+
+/// Blanks the state of every kept change of one account (its data must go: purge,
+/// `shop/redact`). Seqs stay, so the feed has no gap; a consumer that has not read them
+/// yet gets the changes without their states.
+pub(crate) fn erase_account_states(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    let q = query(
+        conn.backend(),
+        "UPDATE changes SET state = NULL WHERE source = $1 AND account = $2 AND state IS NOT NULL",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}

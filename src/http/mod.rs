@@ -366,6 +366,7 @@ async fn readyz(db: &Db, book: &Bookkeeping, config: &Config) -> Response {
                 .await
                 .unwrap_or_default();
             let feed = Feed::new(db.clone());
+            let fetches = crate::store::fetch_counts(db).await.unwrap_or_default();
             let mut consumers = serde_json::Map::new();
             for c in &config.consumers {
                 if let Ok(lag) = feed.lag(c).await {
@@ -375,7 +376,7 @@ async fn readyz(db: &Db, book: &Bookkeeping, config: &Config) -> Response {
             json_reply(
                 StatusCode::OK,
                 json!({"status": "ready", "database": "ok", "reconcile": kinds, "consumers": consumers,
-                    "queues": crate::observability::queues(), "memory": crate::observability::memory(db),
+                    "fetches": fetches, "queues": crate::observability::queues(), "memory": crate::observability::memory(db),
                     "pools": crate::observability::pools(db)}),
             )
         }

@@ -95,7 +95,6 @@ impl Reconciler {
                 (index, id, ingest.event(env, body.as_bytes(), None).await)
             });
         }
-        let mut conflicts = Vec::new();
         let mut failure = None;
         while let Some(joined) = events.join_next().await {
             let (index, event_id, result) =
@@ -107,10 +106,8 @@ impl Reconciler {
                     counts.equal += 1
                 }
                 Ok((Outcome::Stale, _)) => counts.newer_local += 1,
-                Ok((Outcome::Conflict, key)) => {
-                    counts.differing += 1;
-                    conflicts.extend(key);
-                }
+                // Its settling through `get` was recorded with its claim.
+                Ok((Outcome::Conflict, _)) => counts.differing += 1,
                 Err(Refusal::Unavailable(e)) => failure = Some(e),
                 Err(e) => run.skip(url, index, Some(&event_id), &e.to_string()),
             }
@@ -127,20 +124,6 @@ impl Reconciler {
         self.store
             .apply_page(std::sync::Arc::new([]), Guard::NewerOnly, mark)
             .await??;
-        for key in conflicts {
-            if let Err(e) = self
-                .resolve_in(&key.source, &key.account, &key.kind, &key.id)
-                .await
-            {
-                tracing::warn!(
-                    source,
-                    kind = key.kind,
-                    id = key.id,
-                    error = e,
-                    "could not settle a conflicting event through get; the next reconcile will"
-                );
-            }
-        }
         Ok(())
     }
 }

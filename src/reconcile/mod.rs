@@ -5,7 +5,8 @@
 //! page does one bulk read of the local rows, a pure compare and one transaction
 //! writing what differs together with the page's bookkeeping (`sweep`), then after a
 //! complete full sweep detects deletions (`deletes`). `resolve` fetches single
-//! resources to settle webhook conflicts.
+//! resources and judges them; `fetches` does the pending fetches a 200 or a page left
+//! in the database (a delivery answered `fetching`, a conflict to settle).
 //!
 //! The flow talks to `bookkeeping` (lease, run record, checkpoint, watermark), `store`
 //! (the rows; its outbox is vacuumed after a run that wrote) and, for catch-up's
@@ -18,6 +19,7 @@
 mod catchup;
 pub mod compare;
 mod deletes;
+pub mod fetches;
 mod plan;
 mod progress;
 mod resolve;

@@ -1,28 +1,58 @@
-//! Conflict resolution: a webhook answered `conflict` (same version, other state), or a
-//! listed item of a kind versioned by fetch time seen in the same second as the local
-//! row, is settled from the sender's current state, fetched through the kind's `get`
-//! endpoint and applied through the same guarded write as a listing.
+//! One resource fetched from the sender's current state through the kind's `get`,
+//! compared with the local row and judged: what to write, if anything. Used by the
+//! durable fetcher (`reconcile::fetches`: a delivery answered `fetching`, a conflict
+//! from either flow) and by [`Reconciler::resolve_in`] (fetch and write now).
 
 use std::time::Duration;
 
-use super::{Reconciler, RunCounts, compare, item_pointers};
-use crate::change::Key;
+use super::{Reconciler, RunCounts, RunError, compare, item_pointers};
+use crate::change::tie::Guard;
+use crate::change::{Change, Key};
 
-/// How often a resource versioned by fetch time is fetched while the sender's clock
-/// is still in the second of the local row (the answer would be ambiguous again).
+/// How often [`Reconciler::resolve_in`] fetches a resource versioned by fetch time
+/// while the sender's clock is still in the second of the local row.
 const SAME_SECOND_ATTEMPTS: u32 = 4;
 /// The wait between those fetches: the sender's clock has whole seconds.
-const NEXT_SECOND: Duration = Duration::from_millis(1000);
+pub(super) const NEXT_SECOND: Duration = Duration::from_millis(1000);
+
+/// What a fetch of one resource found.
+#[derive(Debug)]
+pub(super) enum Judged {
+    /// Newer than the local row (or different at an equal version): write it.
+    Write(Change, Guard),
+    /// Nothing to write: the local row is as new, or the sender does not have it (its
+    /// deletion is the reconcile's to detect, after a complete sweep).
+    Nothing,
+    /// Fetched in the second of the local row (a kind versioned by the sender's
+    /// clock): ambiguous again; fetch once the sender's clock has moved on.
+    SameSecond,
+}
+
+/// Why a fetch did not get an answer.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum FetchError {
+    /// The kind has no `get`: only a reconcile can repair the resource.
+    #[error("kind {0} has no get endpoint; the next reconcile repairs it")]
+    NoGet(String),
+    /// Retrying cannot help (no such kind or `get`, an account not served, an answer
+    /// that cannot be read): kept as failed at once.
+    #[error("{0}")]
+    Permanent(String),
+    /// The sender or the database may answer later.
+    #[error("{0}")]
+    Transient(String),
+}
 
 impl Reconciler {
-    /// Fetches one resource from the sender and applies it. `Ok(false)`: the kind has no
+    /// Fetches one resource and writes it under the guard. `Ok(false)`: the kind has no
     /// `get`, the sender does not have it, or it changed nothing.
     pub async fn resolve(&self, source: &str, kind: &str, id: &str) -> Result<bool, String> {
         self.resolve_in(source, "", kind, id).await
     }
 
     /// [`Reconciler::resolve`] in `account` of a many-account source, through that
-    /// account's API.
+    /// account's API. Waits for the sender's next second a few times when the answer
+    /// is ambiguous.
     pub async fn resolve_in(
         &self,
         source: &str,
@@ -30,6 +60,41 @@ impl Reconciler {
         kind: &str,
         id: &str,
     ) -> Result<bool, String> {
+        for attempt in 1..=SAME_SECOND_ATTEMPTS {
+            match self.fetch_and_judge(source, account, kind, id).await {
+                Err(FetchError::NoGet(_)) => return Ok(false),
+                Err(e) => return Err(e.to_string()),
+                Ok(Judged::Nothing) => return Ok(false),
+                Ok(Judged::SameSecond) if attempt < SAME_SECOND_ATTEMPTS => {
+                    tokio::time::sleep(NEXT_SECOND).await;
+                }
+                Ok(Judged::SameSecond) => {
+                    return Err(format!(
+                        "GET {id}: the sender's Date is still the second of the local row after {attempt} fetches; left for the next reconcile"
+                    ));
+                }
+                Ok(Judged::Write(change, guard)) => {
+                    let written = self
+                        .store
+                        .apply_batch_with(vec![change], guard)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    return Ok(!written.is_empty());
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Fetches one resource through its kind's `get` with the account's client, and
+    /// judges it against the local row.
+    pub(super) async fn fetch_and_judge(
+        &self,
+        source: &str,
+        account: &str,
+        kind: &str,
+        id: &str,
+    ) -> Result<Judged, FetchError> {
         let Some((s, k)) = self
             .config
             .sources
@@ -38,61 +103,57 @@ impl Reconciler {
             .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
             .find(|(_, k)| k.name == kind)
         else {
-            return Err(format!("unknown kind {source}/{kind}"));
+            return Err(FetchError::Permanent(format!(
+                "kind {source}/{kind} is no longer configured"
+            )));
         };
         if k.get.is_none() {
-            return Ok(false);
+            return Err(FetchError::NoGet(format!("{source}/{kind}")));
         }
         let sender = self
             .sender_for(source, account)
             .await
-            .map_err(|e| e.to_string())?;
-        let fetch_time = k.by_fetch_time();
-        for attempt in 1..=SAME_SECOND_ATTEMPTS {
-            let Some(fetched) = sender.get_one(k, id).await.map_err(|e| e.to_string())? else {
-                return Ok(false);
-            };
-            let mut change = item_pointers(k, chrono::Utc::now().timestamp_micros())
-                .read(&fetched.item, &s.name, &k.name)
-                .map_err(|e| format!("GET {id}: {e}"))?;
-            change.account = account.to_string();
-            if let Some(date) = fetched.date {
-                change.version = date;
-            }
-            let local = self
-                .store
-                .stored_rows(
-                    &Key::new(source, kind).in_account(account),
-                    vec![change.id.clone()],
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            let verdicts = compare::compare_page(
-                std::slice::from_ref(&change),
-                &local,
-                fetch_time,
-                &mut RunCounts::default(),
-            );
-            if !verdicts.ambiguous.is_empty() {
-                // Fetched in the second of the local row: wait for the sender's clock.
-                if attempt < SAME_SECOND_ATTEMPTS {
-                    tokio::time::sleep(NEXT_SECOND).await;
-                    continue;
+            .map_err(|e| match e {
+                RunError::Account { .. } | RunError::NoSender(_) => {
+                    FetchError::Permanent(e.to_string())
                 }
-                return Err(format!(
-                    "GET {id}: the sender's Date is still the second of the local row after {attempt} fetches; left for the next reconcile"
-                ));
-            }
-            if verdicts.write.is_empty() {
-                return Ok(false);
-            }
-            let written = self
-                .store
-                .apply_batch_with(vec![change], compare::guard_for(fetch_time))
-                .await
-                .map_err(|e| e.to_string())?;
-            return Ok(!written.is_empty());
+                e => FetchError::Transient(e.to_string()),
+            })?;
+        let fetched = sender
+            .get_one(k, id)
+            .await
+            .map_err(|e| FetchError::Transient(e.to_string()))?;
+        let Some(fetched) = fetched else {
+            return Ok(Judged::Nothing);
+        };
+        let fetch_time = k.by_fetch_time();
+        let mut change = item_pointers(k, chrono::Utc::now().timestamp_micros())
+            .read(&fetched.item, &s.name, &k.name)
+            .map_err(|e| FetchError::Permanent(format!("GET {id}: {e}")))?;
+        change.account = account.to_string();
+        if let Some(date) = fetched.date {
+            change.version = date;
         }
-        Ok(false)
+        let local = self
+            .store
+            .stored_rows(
+                &Key::new(source, kind).in_account(account),
+                vec![change.id.clone()],
+            )
+            .await
+            .map_err(|e| FetchError::Transient(e.to_string()))?;
+        let verdicts = compare::compare_page(
+            std::slice::from_ref(&change),
+            &local,
+            fetch_time,
+            &mut RunCounts::default(),
+        );
+        if !verdicts.ambiguous.is_empty() {
+            return Ok(Judged::SameSecond);
+        }
+        if verdicts.write.is_empty() {
+            return Ok(Judged::Nothing);
+        }
+        Ok(Judged::Write(change, compare::guard_for(fetch_time)))
     }
 }

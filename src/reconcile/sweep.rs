@@ -617,25 +617,26 @@ impl Reconciler {
         }
     }
 
-    /// Settles the page's ambiguous items (same second, other state) through `get`;
-    /// what cannot be settled now is left to the next run, whose fetch is a later
-    /// second.
+    /// Records the page's ambiguous items (same second, other state) as pending
+    /// fetches: settled through `get` once the sender's clock has moved on, by this
+    /// process's fetcher or any replica's (or the one-shot command's, after its runs).
     async fn settle_ambiguous(&self, run: &mut Run<'_>, ids: &[String]) {
-        let (source, kind) = (&run.source.name, &run.kind.name);
-        for id in ids {
-            match self.resolve_in(source, run.account, kind, id).await {
-                Ok(true) => run.report.counts.applied += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(
-                        source,
-                        kind,
-                        id,
-                        error = e,
-                        "could not settle a listed item fetched in the same second as the local row; the next run will"
-                    );
-                }
-            }
+        if ids.is_empty() || run.kind.get.is_none() {
+            return;
+        }
+        let key = run.key();
+        let keys = ids.iter().map(|id| key.resource(id.clone())).collect();
+        if let Err(e) = self
+            .store
+            .request_fetches(keys, crate::store::FetchReason::Conflict)
+            .await
+        {
+            tracing::warn!(
+                source = key.source,
+                kind = key.kind,
+                error = %e,
+                "could not record listed items fetched in the same second as the local row; the next run will"
+            );
         }
     }
 }

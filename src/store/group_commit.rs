@@ -182,6 +182,8 @@ mod tests {
         Job {
             delivery: Delivery {
                 body_digest: None,
+                fetch: None,
+                settle_conflict: false,
                 source: "s".into(),
                 event_id: event_id.into(),
                 event_type: "t".into(),

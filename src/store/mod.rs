@@ -6,6 +6,7 @@
 //! Invariant: an event's claim and its effect commit in one transaction. There is no
 //! "have I seen this id?" read anywhere: the primary key of `processed_events` decides.
 
+mod fetches;
 mod group_commit;
 pub mod guard;
 mod sql;
@@ -21,7 +22,9 @@ use crate::config::Backend;
 use crate::db::sql::MAX_IN_LIST;
 use crate::db::{Conn, Db, DbError, DbTime};
 use crate::feed::outbox::{self, Outbox, Published};
+pub use fetches::{FetchCount, FetchReason, FetchRow, TakenFetch, fetch_counts};
 use group_commit::GroupCommit;
+use sql::fetches::FetchRequest;
 use sql::{Claim, MAX_BATCH_ROWS};
 pub use sql::{ClaimRow, DeadLetter, ResourceRow, SourceCount, StoredRow};
 
@@ -33,8 +36,16 @@ pub struct Delivery {
     pub source: String,
     pub event_id: String,
     pub event_type: String,
-    /// `None` when the event type is not mapped: the event is claimed as `ignored`.
+    /// `None` when the event type is not mapped: the event is claimed as `ignored`
+    /// (or as `fetching`, with `fetch`).
     pub change: Option<Change>,
+    /// The resource to fetch from the sender instead of writing a state from the body
+    /// (the sender does not sign the account: Shopify). The claim records `fetching`
+    /// and a pending fetch in the same transaction.
+    pub fetch: Option<ResourceKey>,
+    /// A `conflict` (equal version, other state) is settled through the kind's `get`:
+    /// recorded as a pending fetch in the claim's transaction.
+    pub settle_conflict: bool,
     /// The signed body's SHA-256 (hex) for schemes that sign only the body (github,
     /// shopify): the claim covers it too, so a replay under a fresh id is a duplicate.
     pub body_digest: Option<String>,
@@ -58,6 +69,9 @@ pub struct Store {
     commits: GroupCommit,
     /// Publishes each write's changes to the feed and wakes its readers.
     outbox: Outbox,
+    /// Woken after a commit that recorded pending fetches (this process's fetcher;
+    /// other replicas poll).
+    fetches_due: Arc<tokio::sync::Notify>,
 }
 
 impl Store {
@@ -79,6 +93,7 @@ impl Store {
             db,
             commits,
             outbox,
+            fetches_due: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -405,6 +420,7 @@ fn apply_deliveries(
             continue;
         };
         let outcome = match &d.change {
+            None if d.fetch.is_some() => Outcome::Fetching,
             None => Outcome::Ignored,
             Some(c) if written.contains(&c.key()) => Outcome::Applied,
             Some(_) if recorded == Outcome::Stale => Outcome::Stale,
@@ -427,6 +443,28 @@ fn apply_deliveries(
             sql::set_event_outcomes(conn, source, chunk, outcome)?;
         }
     }
+    // What the 200 leaves to do, in the claim's transaction: after resources, in key
+    // order (a fetch's write locks its resource, then its pending row).
+    let mut fetches: Vec<FetchRequest<'_>> = deliveries
+        .iter()
+        .zip(&outcomes)
+        .filter_map(|(d, outcome)| {
+            let (key, reason) = match (outcome, &d.fetch, &d.change) {
+                (Outcome::Fetching, Some(k), _) => (k.as_ref(), FetchReason::Fetching),
+                (Outcome::Conflict, _, Some(c)) if d.settle_conflict => {
+                    (c.key(), FetchReason::Conflict)
+                }
+                _ => return None,
+            };
+            Some(FetchRequest {
+                key,
+                event_id: Some(&d.event_id),
+                reason,
+            })
+        })
+        .collect();
+    fetches.sort_by(|a, b| a.key.cmp(&b.key));
+    sql::fetches::request(conn, &fetches)?;
     // Last in the transaction: the change feed's seqs are handed out at the end. A
     // group of duplicates and stale events wrote no row and has nothing to publish.
     let published = outbox::publish(conn, upserted.len())?;
@@ -460,6 +498,7 @@ fn claim_and_write<'d>(
             event_type: &d.event_type,
             body_digest: d.body_digest.as_deref(),
             change: d.change.as_ref().map(|c| (c, rank[&d.event_key()])),
+            fetch: d.fetch.as_ref().map(ResourceKey::as_ref),
         })
         .collect();
     let taken = sql::claim_and_write(conn, &events)?;
@@ -493,13 +532,17 @@ fn claim_then_write<'d>(
             source: &d.source,
             event_id: &d.event_id,
             event_type: &d.event_type,
-            outcome: if d.change.is_some() {
-                Outcome::Applied
-            } else {
-                Outcome::Ignored
+            outcome: match (&d.change, &d.fetch) {
+                (Some(_), _) => Outcome::Applied,
+                (None, Some(_)) => Outcome::Fetching,
+                (None, None) => Outcome::Ignored,
             },
             body_digest: d.body_digest.as_deref(),
-            resource: d.change.as_ref().map(|c| c.key()),
+            resource: d
+                .change
+                .as_ref()
+                .map(|c| c.key())
+                .or(d.fetch.as_ref().map(ResourceKey::as_ref)),
         })
         .collect();
     let taken = sql::claim_many(conn, &claims)?;
@@ -583,21 +626,39 @@ impl Store {
 
 impl Store {
     /// Marks deleted every live row of `account` of `source` (the account was removed):
-    /// each becomes a change in the feed. Returns how many.
+    /// each becomes a change in the feed. Its pending fetches go. Returns how many rows.
     pub async fn tombstone_account(&self, source: &str, account: &str) -> Result<usize, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
-        self.write_changes(move |conn| sql::tombstone_account(conn, &s, &a))
-            .await
+        self.write_changes(move |conn| {
+            let n = sql::tombstone_account(conn, &s, &a)?;
+            sql::fetches::forget_account(conn, &s, &a)?;
+            Ok(n)
+        })
+        .await
     }
 
-    /// Deletes every row of `account` of `source` (the account's data must go; no
-    /// change is recorded, and its past changes leave the feed with retention).
-    /// Returns how many rows.
+    /// Erases `account` of `source` (its data must go), in one transaction: each live row
+    /// becomes a change `deleted: true` without state, so every consumer learns what to
+    /// erase; the states of the account's earlier changes still kept are blanked (seqs
+    /// stay); then its rows, pending fetches and the dead letters kept for it are
+    /// deleted. Returns how many rows were deleted.
     pub async fn purge_account(&self, source: &str, account: &str) -> Result<usize, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
-        self.db
-            .write(move |conn| sql::purge_account(conn, &s, &a))
-            .await
+        let (rows, published) = self
+            .db
+            .write(move |conn| {
+                outbox::erase_account_states(conn, &s, &a)?;
+                let erased = sql::erase_account(conn, &s, &a)?;
+                let rows = sql::purge_account(conn, &s, &a)?;
+                sql::fetches::forget_account(conn, &s, &a)?;
+                sql::forget_dead_letters_of_account(conn, &s, &a)?;
+                // Last, as in every write of `resources`.
+                let published = outbox::publish(conn, erased)?;
+                Ok((rows, published))
+            })
+            .await?;
+        self.outbox.wake(published);
+        Ok(rows)
     }
 }
 

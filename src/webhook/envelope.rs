@@ -109,6 +109,8 @@ pub struct KindMapping {
     pub max_version_ahead: std::time::Duration,
     /// (pointer, prefix) pairs the body must match: it confirms the kind.
     pub match_prefixes: Vec<(String, String)>,
+    /// The kind has a `get` endpoint: a conflict is settled through it.
+    pub has_get: bool,
 }
 
 impl KindMapping {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use crate::change::ResourceKey;
 use crate::config::{Scheme, SourceConfig};
 use crate::db::DbError;
 use crate::ingest::{Ingest, Refusal};
@@ -70,12 +69,7 @@ pub struct Receiver {
     ingest: Ingest,
     /// Ids this process claimed: their retries are answered without the database.
     recent: Arc<RecentClaims>,
-    /// Where conflicts go to be resolved from the sender (see `reconcile::resolve`).
-    conflicts: Option<tokio::sync::mpsc::Sender<ConflictKey>>,
 }
-
-/// A resource whose webhook ended in `conflict`.
-pub type ConflictKey = ResourceKey;
 
 impl Receiver {
     pub fn new(source: &SourceConfig, store: Store) -> Self {
@@ -88,14 +82,7 @@ impl Receiver {
             ),
             ingest: Ingest::new(source, store),
             recent: Arc::new(RecentClaims::new(recent::GENERATION, source.retention)),
-            conflicts: None,
         }
-    }
-
-    /// Sends the resources of `conflict` outcomes to `tx` for resolution.
-    pub fn with_conflicts(mut self, tx: tokio::sync::mpsc::Sender<ConflictKey>) -> Self {
-        self.conflicts = Some(tx);
-        self
     }
 
     fn header_ids<'a>(&self, headers: &'a HeaderMap) -> HeaderIds<'a> {
@@ -175,7 +162,8 @@ impl Receiver {
         self.ingest(env, dead.body.as_bytes()).await
     }
 
-    /// Ingest, then the conflict or fetch it leaves for the resolver.
+    /// Ingest. A conflict to settle, or a state to fetch, is recorded by the ingest
+    /// step in the claim's transaction (`pending_fetches`): nothing is left in memory.
     async fn ingest(&self, env: envelope::Envelope, body: &[u8]) -> Result<Outcome, Refusal> {
         // GitHub and Shopify sign the body, not the delivery id header: the claim covers
         // the body too, so a captured body replayed under fresh ids is a duplicate.
@@ -183,17 +171,7 @@ impl Receiver {
             use sha2::Digest;
             hex::encode(sha2::Sha256::digest(body))
         });
-        let (outcome, key) = self.ingest.event(env, body, digest).await?;
-        // A conflict is settled, and a header-named account's state fetched, through
-        // the kind's `get` with the account's client.
-        if let (Outcome::Conflict | Outcome::Fetching, Some(tx), Some(key)) =
-            (outcome, &self.conflicts, key)
-        {
-            // A full queue drops the request: the next reconcile resolves it anyway.
-            if tx.try_send(key).is_ok() {
-                crate::observability::conflicts_waiting(1);
-            }
-        }
+        let (outcome, _) = self.ingest.event(env, body, digest).await?;
         Ok(outcome)
     }
 }

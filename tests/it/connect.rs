@@ -919,3 +919,197 @@ async fn a_key_that_cannot_open_a_stored_credential_fails_that_account_only_and_
     assert!(err.contains("accounts.key"), "{err}");
     assert!(!err.contains("c2hvcnQta2V5"), "{err}");
 }
+
+both_backends!(
+    a_github_app_delivery_names_its_installation_by_a_number_as_github_sends_it,
+    an_erased_account_reaches_the_consumer_as_tombstones_and_leaves_no_state_behind,
+);
+
+/// GitHub names the installation as a number (`"installation": {"id": 4711}`): the
+/// number's decimal text is the account. A fraction or an object is refused (422).
+async fn a_github_app_delivery_names_its_installation_by_a_number_as_github_sends_it(b: Backend) {
+    const SECRET: &str = "github-app-hook-secret";
+    let db = TestDb::new(b);
+    let toml = format!(
+        r#"
+[database]
+url = "{}"
+
+[http]
+listen = "127.0.0.1:0"
+
+[sources.github]
+preset = "github"
+api_base = "http://127.0.0.1:9/repos/o/r"
+api_token = "ghs_unused"
+
+[sources.github.webhook]
+secrets = ["{SECRET}"]
+
+[sources.github.reconcile]
+cron = "{NEVER}"
+run_at_start = false
+
+[sources.github.accounts]
+"#,
+        db.url
+    );
+    let app = spawn_app_with(db, &toml).await;
+    webhook_reconciler::accounts::Accounts::new(crate::helpers::handle_on(&app.db).await)
+        .add("github", "4711", None, None)
+        .await
+        .unwrap();
+    // GitHub's payload shape for `issues` from an App installation.
+    let issue = |delivery: &str, installation: Value| {
+        let body = json!({
+            "action": "edited",
+            "issue": {"number": 7, "title": "Crash on start", "state": "open",
+                      "updated_at": "2026-12-01T10:00:00Z", "user": {"login": "octocat"}},
+            "repository": {"id": 1296269, "full_name": "octocat/Hello-World"},
+            "sender": {"login": "octocat"},
+            "installation": installation,
+        })
+        .to_string();
+        Webhook {
+            event_id: delivery.into(),
+            headers: vec![
+                ("X-GitHub-Event".into(), "issues".into()),
+                ("X-GitHub-Delivery".into(), delivery.into()),
+                (
+                    "X-Hub-Signature-256".into(),
+                    webhook_reconciler::signature::github(SECRET.as_bytes(), body.as_bytes()),
+                ),
+            ],
+            body,
+        }
+    };
+    let numbered = issue(
+        "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        json!({"id": 4711, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uNDcxMQ=="}),
+    );
+    let (status, body) = post_to(&app, "/webhooks/github", &numbered).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("applied")),
+        "{body}"
+    );
+    assert_eq!(
+        app.db.count(
+            "resources WHERE source = 'github' AND account = '4711' AND kind = 'issue' AND id = '7'"
+        ),
+        1
+    );
+    assert_eq!(app.db.count("dead_letters"), 0);
+    // An installation that is not registered: ignored, nothing written.
+    let stranger = issue("72d3162e-cc78-11e3-81ab-4c9367dc0959", json!({"id": 4712}));
+    let (status, body) = post_to(&app, "/webhooks/github", &stranger).await;
+    assert_eq!(
+        (status, body["outcome"].as_str()),
+        (200, Some("ignored")),
+        "{body}"
+    );
+    // Not an id: kept as a dead letter with the reason.
+    let odd = issue("72d3162e-cc78-11e3-81ab-4c9367dc0960", json!({"id": 47.5}));
+    let (status, _) = post_to(&app, "/webhooks/github", &odd).await;
+    assert_eq!(status, 422);
+    assert_eq!(app.db.count("resources WHERE kind = 'issue'"), 1);
+}
+
+/// `accounts remove --purge`: every live row of the account reaches the consumer as a
+/// change `deleted: true` without state (one per row; a row already tombstoned gets
+/// none), the states of the account's earlier changes are blanked (seqs kept, no gap),
+/// and nothing of the account is left in resources, pending fetches or dead letters.
+async fn an_erased_account_reaches_the_consumer_as_tombstones_and_leaves_no_state_behind(
+    b: Backend,
+) {
+    use crate::helpers::consumer::ConsumerApp;
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let consumer = ConsumerApp::start().await;
+    let db = TestDb::new(b);
+    let toml = format!(
+        "{}\n{}",
+        config(
+            &db.url,
+            &sim,
+            &format!("cron = \"{NEVER}\""),
+            PLATFORM_TOKEN
+        ),
+        consumer.config("app", "")
+    );
+    let app = spawn_app_with(db, &toml).await;
+    let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    for acct in ["acct_a", "acct_b"] {
+        life.add("stripe", acct, None, None).await.unwrap();
+    }
+    let t = chrono::Utc::now().timestamp() - 100;
+    sim.set_clock(Some(t));
+    for (acct, id) in [
+        ("acct_a", "cus_1"),
+        ("acct_a", "cus_2"),
+        ("acct_b", "cus_1"),
+    ] {
+        let hook = sim.change_in(
+            acct,
+            "customers",
+            id,
+            json!({"email": format!("{id}@{acct}.example")}),
+            "customer.created",
+        );
+        assert_eq!(answered(&app, "/webhooks/stripe", &hook).await, "applied");
+    }
+    // cus_2 of A deleted at the sender before the purge: already a tombstone.
+    sim.set_clock(Some(t + 1));
+    let deleted = sim.change_in(
+        "acct_a",
+        "customers",
+        "cus_2",
+        json!({}),
+        "customer.deleted",
+    );
+    assert_eq!(
+        answered(&app, "/webhooks/stripe", &deleted).await,
+        "applied"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            consumer.delivered().len() == 4
+        })
+        .await,
+        "{:?}",
+        consumer.delivered()
+    );
+    let removed = life.remove("stripe", "acct_a", true).await.unwrap();
+    assert_eq!(removed.rows, 2);
+    // One more change: cus_1 of A, deleted, no state (cus_2 was a tombstone already).
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            consumer.delivered().len() == 5
+        })
+        .await,
+        "{:?}",
+        consumer.delivered()
+    );
+    let erased = consumer.delivered().last().unwrap().body.clone();
+    assert_eq!(erased["account"], "acct_a", "{erased}");
+    assert_eq!(erased["id"], "cus_1", "{erased}");
+    assert_eq!(erased["deleted"], true, "{erased}");
+    assert!(erased["state"].is_null(), "{erased}");
+    // Nothing of A's data is left; B's is untouched; the feed has no gap.
+    assert_eq!(app.db.count("resources WHERE account = 'acct_a'"), 0);
+    assert_eq!(
+        app.db
+            .count("changes WHERE account = 'acct_a' AND state IS NOT NULL"),
+        0
+    );
+    assert_eq!(app.db.count("changes WHERE account = 'acct_a'"), 4);
+    assert_eq!(
+        app.db
+            .count("changes WHERE account = 'acct_b' AND state IS NOT NULL"),
+        1
+    );
+    assert_eq!(app.db.scalar("SELECT MAX(seq) AS n FROM changes"), 5);
+    assert_eq!(app.db.count("changes"), 5);
+    assert_eq!(app.db.count("pending_fetches WHERE account = 'acct_a'"), 0);
+}

@@ -52,6 +52,8 @@ async fn deliver(store: &Store, event_id: &str, change: Option<Change>) -> Outco
     store
         .apply_event(Delivery {
             body_digest: None,
+            fetch: None,
+            settle_conflict: false,
             source: "shop".into(),
             event_id: event_id.into(),
             event_type: "order.status_changed".into(),

@@ -13,6 +13,7 @@ mod connect;
 mod day_to_day;
 mod demo;
 mod feed;
+mod fetches;
 mod github_app;
 mod hostile_deliveries;
 mod hostile_sender;

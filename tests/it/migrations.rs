@@ -16,7 +16,7 @@ async fn the_account_columns_arrive_empty_on_every_existing_row_and_the_feed_car
     b: Backend,
 ) {
     let db = TestDb::new(b);
-    db.migrate_all_but(1);
+    db.migrate_all_but(2);
     let (now, state) = match b {
         Backend::Postgres => ("now()", "'{\"status\":\"paid\"}'::jsonb"),
         Backend::Sqlite => ("'2026-12-02T10:00:00.000Z'", "'{\"status\":\"paid\"}'"),
@@ -55,6 +55,26 @@ async fn the_account_columns_arrive_empty_on_every_existing_row_and_the_feed_car
         );
     }
     assert_eq!(db.count("processed_events"), 1);
+    // The claims' table, rebuilt on SQLite for its wider check (2026-12-06), kept its
+    // row and columns, and takes `fetching` now; its unique body digest still holds.
+    assert_eq!(
+        db.count(
+            "processed_events WHERE event_id = 'e_old' AND outcome = 'applied' AND account = ''"
+        ),
+        1
+    );
+    db.execute(
+        "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest, account, kind, resource_id) \
+         VALUES ('shop', 'e_fetch', 'orders/updated', 'fetching', 'd1', 's', 'order', '1')",
+    );
+    let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        db.execute(
+            "INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest) \
+             VALUES ('shop', 'e_other', 'orders/updated', 'applied', 'd1')",
+        )
+    }));
+    assert!(again.is_err(), "the body digest is still unique per source");
+    db.execute("DELETE FROM processed_events WHERE event_id = 'e_fetch'");
     // The run's success is its account-kind's last success (2026-12-05).
     assert_eq!(
         db.count(

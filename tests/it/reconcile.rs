@@ -286,6 +286,8 @@ async fn a_row_newer_locally_is_never_overwritten(b: Backend) {
     store
         .apply_event(webhook_reconciler::store::Delivery {
             body_digest: None,
+            fetch: None,
+            settle_conflict: false,
             source: "shop".into(),
             event_id: "e9".into(),
             event_type: "order.status_changed".into(),
@@ -398,6 +400,8 @@ async fn a_webhook_racing_a_reconcile_never_regresses_a_version(b: Backend) {
                 store
                     .apply_event(webhook_reconciler::store::Delivery {
                         body_digest: None,
+                        fetch: None,
+                        settle_conflict: false,
                         source: "shop".into(),
                         event_id: format!("e_{id}_{v}"),
                         event_type: "order.status_changed".into(),

@@ -413,9 +413,23 @@ async fn a_listing_fetched_in_the_same_second_as_an_event_is_settled_through_get
         })
     };
     let report = run(&r, "stripe", "customer").await;
-    clock.await.unwrap();
     succeeded(&report);
     assert_eq!(report.counts.differing, 1, "{report:?}");
+    // The run recorded the fetch; `serve`'s fetcher does it.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            app.db.count("pending_fetches") == 0
+                && app
+                    .db
+                    .resource("stripe", "customer", "cus_B")
+                    .unwrap()
+                    .state_json()["plan"]
+                    == "enterprise"
+        })
+        .await,
+        "the conflict was settled through get"
+    );
+    clock.await.unwrap();
     assert!(
         sim.get_requests() >= 2,
         "fetched again once the second had passed"

@@ -34,6 +34,8 @@ fn refund(id: &str, amount: i64) -> Change {
 fn delivery(event_id: &str, change: Change) -> Delivery {
     Delivery {
         body_digest: None,
+        fetch: None,
+        settle_conflict: false,
         source: "shop".into(),
         event_id: event_id.into(),
         event_type: "order.status_changed".into(),
@@ -447,6 +449,8 @@ async fn an_unmapped_event_is_claimed_as_ignored(b: Backend) {
     let store = store_on(&db).await;
     let d = Delivery {
         body_digest: None,
+        fetch: None,
+        settle_conflict: false,
         source: "shop".into(),
         event_id: "e_unknown".into(),
         event_type: "customer.created".into(),

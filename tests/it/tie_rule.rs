@@ -46,6 +46,8 @@ async fn the_sql_guard_writes_exactly_what_the_rust_tie_rule_admits(backend: Bac
                     let outcome = store
                         .apply_event(Delivery {
                             body_digest: None,
+                            fetch: None,
+                            settle_conflict: false,
                             source: "shop".into(),
                             event_id: format!("evt-{id}"),
                             event_type: "order.status_changed".into(),

@@ -17,7 +17,7 @@ use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text};
 
 use super::resources::{RESOURCE_COLUMNS, conflict_clause};
 use crate::change::tie::Guard;
-use crate::change::{Change, Origin};
+use crate::change::{Change, Origin, ResourceKey};
 use crate::config::{Action, Backend};
 use crate::db::sql::prepared;
 use crate::store::Outcome;
@@ -30,11 +30,18 @@ pub(crate) struct ClaimWrite<'a> {
     pub event_type: &'a str,
     pub body_digest: Option<&'a str>,
     pub change: Option<(&'a Change, i32)>,
+    /// A delivery whose state is fetched (claimed `fetching`): the resource it names.
+    pub fetch: Option<ResourceKey<&'a str>>,
 }
 
 impl<'a> ClaimWrite<'a> {
     fn change(&self) -> Option<&'a Change> {
         self.change.map(|(c, _)| c)
+    }
+
+    /// The resource the claim names: the change's, or the one to fetch.
+    fn resource(&self) -> Option<ResourceKey<&'a str>> {
+        self.change().map(Change::key).or(self.fetch)
     }
 }
 
@@ -58,13 +65,15 @@ impl ClaimWritten {
             "applied" => Outcome::Applied,
             "stale" => Outcome::Stale,
             "ignored" => Outcome::Ignored,
+            "fetching" => Outcome::Fetching,
             _ => Outcome::Conflict,
         }
     }
 }
 
 /// Claims the events and upserts the claimed changes under [`Guard::NewerOnly`]. The
-/// recorded outcome is `ignored` without a change; else `applied` when the snapshot has
+/// recorded outcome is `ignored` without a change or a resource to fetch, `fetching`
+/// with only the latter; else `applied` when the snapshot has
 /// no row or an older version, `stale` when it has a newer one, `conflict` when the
 /// versions are equal (the caller decides those by the row it then holds locked).
 /// Callers pass events sorted by `(source, event_id)`, distinct, with distinct resources.
@@ -81,16 +90,14 @@ pub(crate) fn claim_and_write(
     let body_digests: Vec<Option<&str>> = events.iter().map(|e| e.body_digest).collect();
     let accounts: Vec<&str> = events
         .iter()
-        .map(|e| e.change().map_or("", |c| c.account.as_str()))
+        .map(|e| e.resource().map_or("", |r| r.account))
         .collect();
     let kinds: Vec<Option<&str>> = events
         .iter()
-        .map(|e| e.change().map(|c| c.kind.as_str()))
+        .map(|e| e.resource().map(|r| r.kind))
         .collect();
-    let resource_ids: Vec<Option<&str>> = events
-        .iter()
-        .map(|e| e.change().map(|c| c.id.as_str()))
-        .collect();
+    let resource_ids: Vec<Option<&str>> =
+        events.iter().map(|e| e.resource().map(|r| r.id)).collect();
     let versions: Vec<Option<i64>> = events
         .iter()
         .map(|e| e.change().map(|c| c.version))
@@ -140,6 +147,7 @@ fn statement() -> String {
          claimed AS (INSERT INTO processed_events (source, event_id, event_type, outcome, body_digest, account, kind, resource_id) \
            SELECT i.source, i.event_id, i.event_type, \
              CASE WHEN i.kind IS NULL THEN 'ignored' \
+                  WHEN i.version IS NULL THEN 'fetching' \
                   WHEN r.version IS NULL OR r.version < i.version THEN 'applied' \
                   WHEN r.version > i.version THEN 'stale' \
                   ELSE 'conflict' END, \
@@ -151,7 +159,7 @@ fn statement() -> String {
          written AS ({RESOURCE_COLUMNS} \
            SELECT i.source, i.account, i.kind, i.id, i.version, i.state::jsonb, i.deleted, $13, i.event_id, i.state_digest \
            FROM i JOIN claimed c ON c.source = i.source AND c.event_id = i.event_id \
-           WHERE i.kind IS NOT NULL ORDER BY i.rank{} \
+           WHERE i.version IS NOT NULL ORDER BY i.rank{} \
            RETURNING source, account, kind, id) \
          SELECT c.source, c.event_id, c.outcome, w.id IS NOT NULL AS written \
          FROM claimed c JOIN i ON i.source = c.source AND i.event_id = c.event_id \

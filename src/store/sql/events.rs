@@ -368,3 +368,17 @@ pub(crate) fn claims_of(
         .bind::<BigInt, _>(limit)
         .load(c))
 }
+
+/// Deletes the dead letters a header named one account for (the account's data is
+/// erased).
+pub(crate) fn forget_dead_letters_of_account(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM dead_letters WHERE source = $1 AND account_hint = $2",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}

@@ -483,6 +483,28 @@ pub(crate) fn tombstone_account(
     on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
 }
 
+/// Marks deleted, without its state, every live row of one account (its data is
+/// erased): each becomes a change `deleted: true` with no state. A row already
+/// tombstoned gets no second change.
+pub(crate) fn erase_account(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE resources SET deleted = {t}, state = NULL, state_digest = NULL, origin = 'reconcile', \
+               last_event_id = NULL, updated_at = {now} \
+             WHERE source = $1 AND account = $2 AND NOT deleted",
+            t = if b == Backend::Postgres { "true" } else { "1" },
+            now = now(b),
+        ),
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}
+
 /// Deletes every row of one account. The feed is `feed`'s: its changes stay there until
 /// retention, unless the caller purges them too.
 pub(crate) fn purge_account(

@@ -1,0 +1,2 @@
+DROP TABLE pending_fetches;
+UPDATE processed_events SET outcome = 'ignored' WHERE outcome = 'fetching';

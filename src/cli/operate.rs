@@ -206,9 +206,15 @@ pub async fn explain(
         Ok(x) => x,
         Err(e) => return Ok(refused(&e)),
     };
+    // Nothing known of it is a failed look-up (exit 1), in either output.
+    let found = if x.is_unknown() {
+        ExitCode::from(crate::cli::EXIT_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&x)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(found);
     }
     let name = if x.account.is_empty() {
         format!("{}/{}/{}", x.source, x.kind, x.id)
@@ -241,6 +247,30 @@ pub async fn explain(
             c.processed_at, c.event_id, c.event_type, c.outcome
         );
     }
+    if let Some(f) = &x.pending_fetch {
+        let state = match (&f.failed_at, &f.error) {
+            (Some(at), e) => format!(
+                "FAILED at {at} after {} attempts ({}); its account-kind was made due for a full reconcile",
+                f.attempts,
+                e.as_deref().unwrap_or("no error recorded")
+            ),
+            (None, Some(e)) => format!(
+                "pending, attempt {} failed ({e}); next try at {}",
+                f.attempts, f.due_at
+            ),
+            (None, None) => format!("pending, due at {}", f.due_at),
+        };
+        println!(
+            "fetch from the sender ({}{}, requested {} time(s) since {}): {state}",
+            f.reason,
+            f.event_id
+                .as_deref()
+                .map(|e| format!(" for event {e}"))
+                .unwrap_or_default(),
+            f.requests,
+            f.requested_at,
+        );
+    }
     println!("its changes ({}):", x.changes.len());
     for c in &x.changes {
         println!(
@@ -268,7 +298,7 @@ pub async fn explain(
             r.applied
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(found)
 }
 
 pub async fn consumers(config: &Config, action: ConsumersAction) -> anyhow::Result<ExitCode> {

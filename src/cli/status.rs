@@ -7,7 +7,7 @@ use crate::change::Key;
 use crate::config::Config;
 use crate::feed::{Feed, Lag};
 use crate::observability::{KindFreshness, freshness};
-use crate::store::{SourceCount, Store};
+use crate::store::{FetchCount, SourceCount, Store};
 
 /// Runs shown per kind.
 const RECENT_RUNS: i64 = 5;
@@ -34,6 +34,8 @@ struct Status {
     kinds: Vec<KindStatus>,
     consumers: Vec<ConsumerStatus>,
     dead_letters: Vec<SourceCount>,
+    /// Fetches from the sender still to do, per source (those a 200 promised).
+    fetches: Vec<FetchCount>,
     /// Kinds an operator paused (`reconcile pause`; kind `""`: the whole source).
     paused: Vec<crate::bookkeeping::PausedRow>,
     last_prune: Option<PruneRow>,
@@ -85,12 +87,14 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     } else {
         None
     };
+    let fetches = crate::store::fetch_counts(&db).await?;
     let dead_letters = Store::new(db).dead_letter_counts().await?;
     let last_prune = book.last_prune().await?;
     let st = Status {
         kinds,
         consumers,
         dead_letters,
+        fetches,
         paused,
         last_prune,
         accounts,
@@ -172,6 +176,27 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     }
     if let Some(a) = &st.accounts {
         print_accounts(a);
+    }
+    if st.fetches.is_empty() {
+        println!("fetches from the senders: none pending");
+    }
+    for f in &st.fetches {
+        let failed = if f.failed > 0 {
+            format!(
+                ", {} FAILED after their last attempt (`webhook-reconciler explain` shows why; their account-kinds were made due)",
+                f.failed
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "fetches from {}: {} pending, the oldest for {}{failed}",
+            f.source,
+            f.pending - f.failed,
+            humantime::format_duration(std::time::Duration::from_secs(
+                f.oldest_seconds.max(0.0) as u64
+            )),
+        );
     }
     if st.dead_letters.is_empty() {
         println!("dead letters: none");

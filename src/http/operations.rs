@@ -1,7 +1,7 @@
 //! `/admin/dead-letters`, `/admin/explain`, `/admin/consumers`, `/admin/reconcile`: the
 //! operator's commands over HTTP, behind `http.admin_token`, JSON in and out, over the
 //! same [`Operations`] as the command line. Retried dead letters go through the very
-//! receivers deliveries use, so their conflicts reach the running resolver.
+//! receivers deliveries use, so what they leave to fetch is recorded as a delivery's is.
 
 use axum::Router;
 use axum::body::Body;

@@ -1,5 +1,5 @@
-//! `explain`: one resource's story — its row, the events claimed for it, its changes
-//! and the reconcile runs that wrote it.
+//! `explain`: one resource's story — its row, the events claimed for it, a fetch still
+//! pending (or failed) for it, its changes and the reconcile runs that wrote it.
 
 use serde::Serialize;
 
@@ -7,7 +7,7 @@ use super::{OpError, Operations};
 use crate::bookkeeping::RunRow;
 use crate::change::{Key, ResourceKey};
 use crate::feed::ResourceChange;
-use crate::store::{ClaimRow, ResourceRow};
+use crate::store::{ClaimRow, FetchRow, ResourceRow};
 
 /// Most claims and changes shown (the newest are what a support ticket needs; the
 /// counts say when there are more).
@@ -23,10 +23,23 @@ pub struct Explanation {
     pub row: Option<ResourceRow>,
     /// Events claimed for it, oldest first, with their outcome.
     pub claims: Vec<ClaimRow>,
+    /// A fetch from the sender still to do (a delivery answered `fetching`, a conflict
+    /// to settle), or kept as failed after its last attempt.
+    pub pending_fetch: Option<FetchRow>,
     /// Its kept changes, in seq order (older ones may be pruned by `retention.changes`).
     pub changes: Vec<ResourceChange>,
     /// The reconcile runs that wrote a change of it.
     pub runs: Vec<RunRow>,
+}
+
+impl Explanation {
+    /// Nothing is known of the resource: no row, claim, pending fetch or change.
+    pub fn is_unknown(&self) -> bool {
+        self.row.is_none()
+            && self.claims.is_empty()
+            && self.pending_fetch.is_none()
+            && self.changes.is_empty()
+    }
 }
 
 impl Operations {
@@ -42,6 +55,7 @@ impl Operations {
         let key = ResourceKey::new(source, account, kind, id).to_owned();
         let row = self.store.resource_row(&key).await?;
         let claims = self.store.claims_of(&key, LIMIT).await?;
+        let pending_fetch = self.store.pending_fetch(&key).await?;
         let changes = self.feed.changes_of(&key, LIMIT).await?;
         let runs_key = Key::new(source, kind).in_account(account);
         let mut runs: Vec<RunRow> = Vec::new();
@@ -59,6 +73,7 @@ impl Operations {
             id: id.to_string(),
             row,
             claims,
+            pending_fetch,
             changes,
             runs,
         })

@@ -183,6 +183,50 @@ async fn a_fetching_delivery_is_claimed_with_its_resource_and_kept_until_the_sho
         "a failing fetch is retried and kept"
     );
     assert_eq!(stored_note(&app.db, &name, "1001"), None);
+    // `explain` tells the story so far: the claim, then the fetch still to do.
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::helpers::process::write_config(dir.path(), &toml);
+    let explain = |id: &str| {
+        let out = bin()
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "explain",
+                "shopify",
+                "order",
+                id,
+                "--account",
+                &name,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code(), json)
+    };
+    let (code, story) = explain("1001");
+    assert_eq!(code, Some(0), "{story}");
+    assert_eq!(story["claims"][0]["outcome"], "fetching", "{story}");
+    assert_eq!(story["pending_fetch"]["reason"], "fetching", "{story}");
+    assert_eq!(
+        story["pending_fetch"]["event_id"],
+        hook.event_id.as_str(),
+        "{story}"
+    );
+    assert!(story["pending_fetch"]["error"].is_string(), "{story}");
+    assert!(story["row"].is_null(), "{story}");
+    let (code, story) = explain("9999");
+    assert_eq!(code, Some(1), "nothing known of it: {story}");
+    let status = bin()
+        .arg("--config")
+        .arg(&config)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["fetches"][0]["source"], "shopify", "{status}");
+    assert_eq!(status["fetches"][0]["pending"], 1, "{status}");
+    assert_eq!(status["fetches"][0]["failed"], 0, "{status}");
     let readyz: Value = app
         .client
         .get(app.url("/readyz"))
@@ -228,6 +272,14 @@ async fn a_fetching_delivery_is_claimed_with_its_resource_and_kept_until_the_sho
         )),
         1,
         "the change names the delivery too"
+    );
+    let (code, story) = explain("1001");
+    assert_eq!(code, Some(0), "{story}");
+    assert!(story["pending_fetch"].is_null(), "{story}");
+    assert_eq!(
+        story["changes"][0]["event_id"],
+        hook.event_id.as_str(),
+        "{story}"
     );
 }
 

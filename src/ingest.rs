@@ -243,7 +243,9 @@ impl Ingest {
                 return Ok::<_, DbError>(None);
             }
             let rows = self.store.purge_account(&self.source, &shop).await?;
-            registry.forget_due(&self.source, &shop).await?;
+            crate::bookkeeping::Bookkeeping::new(self.store.db().clone())
+                .forget_account(&self.source, &shop)
+                .await?;
             registry.remove(&self.source, &shop).await?;
             Ok(Some(rows))
         }

@@ -56,6 +56,8 @@ pub struct Removed {
 pub struct Lifecycle {
     config: Arc<Config>,
     registry: Accounts,
+    /// Where each account-kind's schedule is kept.
+    book: crate::bookkeeping::Bookkeeping,
     store: Store,
 }
 
@@ -64,6 +66,7 @@ impl Lifecycle {
         Self {
             config,
             registry: store.accounts(),
+            book: crate::bookkeeping::Bookkeeping::new(store.db().clone()),
             store,
         }
     }
@@ -108,7 +111,7 @@ impl Lifecycle {
         };
         self.registry.add(source, account, api_base, key).await?;
         let kinds = self.kinds(source);
-        self.registry.due_now(source, account, kinds).await?;
+        self.book.due_now(source, account, kinds).await?;
         Ok(())
     }
 
@@ -146,9 +149,11 @@ impl Lifecycle {
             return Err(self.not_registered(source, account));
         }
         if enabled {
-            self.registry
+            self.book
                 .due_now(source, account, self.kinds(source))
                 .await?;
+        } else {
+            self.book.unschedule_account(source, account).await?;
         }
         Ok(())
     }
@@ -178,7 +183,7 @@ impl Lifecycle {
         } else {
             self.store.tombstone_account(source, account).await?
         };
-        self.registry.forget_due(source, account).await?;
+        self.book.forget_account(source, account).await?;
         self.registry.remove(source, account).await?;
         Ok(Removed {
             rows,

@@ -8,7 +8,7 @@ pub mod credential;
 pub mod lifecycle;
 mod sql;
 
-pub use sql::{AccountRow, DueCount, Overdue};
+pub use sql::AccountRow;
 
 use secrecy::SecretString;
 
@@ -128,92 +128,5 @@ impl Accounts {
     pub async fn remove(&self, source: &str, account: &str) -> Result<bool, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
         self.db.write(move |c| sql::remove(c, &s, &a)).await
-    }
-
-    /// Schedules the account-kinds of `kind` whose accounts have none yet, due now.
-    pub async fn seed_due(&self, source: &str, kind: &str) -> Result<usize, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
-        self.db.write(move |c| sql::seed_due(c, &s, &k)).await
-    }
-
-    /// Makes `account`'s `kinds` due now: its first sync, within seconds.
-    pub async fn due_now(
-        &self,
-        source: &str,
-        account: &str,
-        kinds: Vec<String>,
-    ) -> Result<(), DbError> {
-        let (s, a) = (source.to_string(), account.to_string());
-        self.db
-            .write(move |c| kinds.iter().try_for_each(|k| sql::due_now(c, &s, &a, k)))
-            .await
-    }
-
-    /// Claims up to `limit` due account-kinds of `kind` (most overdue first), each made
-    /// due next at `next`; another replica's claims are skipped, never waited for.
-    pub async fn claim_due(
-        &self,
-        source: &str,
-        kind: &str,
-        next: crate::db::DbTime,
-        limit: usize,
-    ) -> Result<Vec<String>, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let b = self.db.backend();
-        self.db
-            .write(move |c| sql::claim_due(c, &s, &k, &next.to_db(b), limit))
-            .await
-    }
-
-    /// Records how an account-kind's run ended (`succeeded`, `failed` or `skipped`).
-    pub async fn finish_due(
-        &self,
-        source: &str,
-        account: &str,
-        kind: &str,
-        status: &'static str,
-        error: Option<String>,
-    ) -> Result<(), DbError> {
-        let (s, a, k) = (source.to_string(), account.to_string(), kind.to_string());
-        self.db
-            .write(move |c| sql::finish_due(c, &s, &a, &k, status, error.as_deref()))
-            .await
-    }
-
-    /// [`Self::finish_due`] as a statement of another owner's transaction (a run's end
-    /// recorded with its lease released, in one commit).
-    pub(crate) fn finish_due_in(
-        conn: &mut crate::db::Conn,
-        source: &str,
-        account: &str,
-        kind: &str,
-        status: &str,
-        error: Option<&str>,
-    ) -> diesel::QueryResult<()> {
-        sql::finish_due(conn, source, account, kind, status, error)
-    }
-
-    /// Makes an account-kind due now; whether it has a schedule (a single-account
-    /// source's kinds run on their timer instead).
-    pub async fn make_due(&self, source: &str, account: &str, kind: &str) -> Result<bool, DbError> {
-        let (s, a, k) = (source.to_string(), account.to_string(), kind.to_string());
-        self.db.write(move |c| sql::make_due(c, &s, &a, &k)).await
-    }
-
-    /// Forgets a removed account's schedule.
-    pub async fn forget_due(&self, source: &str, account: &str) -> Result<(), DbError> {
-        let (s, a) = (source.to_string(), account.to_string());
-        self.db.write(move |c| sql::forget_due(c, &s, &a)).await
-    }
-
-    /// Account-kinds of enabled accounts by source and state.
-    pub async fn due_counts(&self) -> Result<Vec<DueCount>, DbError> {
-        self.db.read(sql::due_counts).await
-    }
-
-    /// The most overdue (and failed) account-kinds of enabled accounts, by name.
-    pub async fn most_overdue(&self, limit: i64) -> Result<Vec<Overdue>, DbError> {
-        self.db.read(move |c| sql::most_overdue(c, limit)).await
     }
 }

@@ -11,10 +11,12 @@
 
 use std::time::Duration;
 
+mod schedule;
 mod sql;
 
 use crate::change::Key;
 use crate::db::{Conn, Db, DbError, DbTime};
+pub use schedule::{DueCount, DueStatus, Overdue};
 pub use sql::{AccountAge, Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
 
 /// `reconcile_runs.status`.
@@ -327,27 +329,27 @@ impl Bookkeeping {
             .map(RunId)
     }
 
-    /// Records a run's end and releases its lease, with `also` (the caller's own
-    /// bookkeeping of the run's end) in the same transaction: one commit instead of
-    /// three for every run.
-    pub async fn finish_and_release<F>(
+    /// Records a run's end — its run record, its account-kind's schedule row (so a
+    /// one-shot run's failure shows like a scheduled one's) — and releases its lease, in
+    /// one commit.
+    pub async fn finish_and_release(
         &self,
         run: RunId,
         status: RunState,
         counts: RunCounts,
         error: Option<String>,
         lease: &Key,
-        also: F,
-    ) -> Result<(), DbError>
-    where
-        F: FnOnce(&mut crate::db::Conn) -> diesel::QueryResult<()> + Send + 'static,
-    {
+    ) -> Result<(), DbError> {
         let (k, me) = (lease.clone(), self.holder.clone());
+        let due_status = match status {
+            RunState::Succeeded => DueStatus::Succeeded,
+            _ => DueStatus::Failed,
+        };
         self.db
             .write(move |c| {
                 sql::update_run(c, run.0, status, &counts, error.as_deref())?;
                 sql::release_lease(c, &k, &me)?;
-                also(c)
+                sql::due::finish(c, &k, due_status.as_str(), error.as_deref())
             })
             .await
     }
@@ -419,16 +421,6 @@ impl Bookkeeping {
     /// one.
     pub async fn last_success_ages(&self) -> Result<Vec<SuccessAge>, DbError> {
         self.db.read(sql::last_success_ages).await
-    }
-
-    /// Forgets a removed account's last successes, as a statement of another owner's
-    /// transaction (the account's removal).
-    pub(crate) fn forget_account_in(
-        conn: &mut crate::db::Conn,
-        source: &str,
-        account: &str,
-    ) -> diesel::QueryResult<()> {
-        sql::forget_account(conn, source, account)
     }
 
     /// Seconds since each enabled registered account was added.

@@ -86,7 +86,6 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         dry_run: args.dry_run,
         wait: args.wait,
         allow_mass_delete: args.allow_mass_delete,
-        scheduled: false,
     };
     let mut reports = Vec::new();
     let mut runs = Vec::new();

@@ -46,8 +46,8 @@ struct Status {
 
 #[derive(Serialize)]
 struct AccountsStatus {
-    counts: Vec<crate::accounts::DueCount>,
-    most_overdue: Vec<crate::accounts::Overdue>,
+    counts: Vec<crate::bookkeeping::DueCount>,
+    most_overdue: Vec<crate::bookkeeping::Overdue>,
 }
 
 /// How many overdue account-kinds `status` names.
@@ -79,10 +79,9 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     }
     let paused = book.pauses().await?;
     let accounts = if config.sources.iter().any(|s| s.accounts.is_some()) {
-        let registry = crate::accounts::Accounts::new(db.clone());
         Some(AccountsStatus {
-            counts: registry.due_counts().await?,
-            most_overdue: registry.most_overdue(MOST_OVERDUE).await?,
+            counts: book.due_counts().await?,
+            most_overdue: book.most_overdue(MOST_OVERDUE).await?,
         })
     } else {
         None

@@ -171,7 +171,8 @@ pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let mut runs = BTreeMap::new();
-    for c in store.accounts().due_counts().await? {
+    let book = crate::bookkeeping::Bookkeeping::new(store.db().clone());
+    for c in book.due_counts().await? {
         *runs.entry(c.status).or_insert(0) += c.count;
     }
     let rows = stored_rows(&store, &accounts).await?;

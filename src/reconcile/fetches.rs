@@ -251,7 +251,13 @@ impl Reconciler {
             );
             return;
         }
-        let due = self.registry().make_due(&source, &account, &kind).await;
+        let due = self
+            .book
+            .make_due(
+                &crate::change::Key::new(source.as_str(), kind.as_str())
+                    .in_account(account.as_str()),
+            )
+            .await;
         if let Some(not_logged) = log_now(&source) {
             let then = match due {
                 Ok(true) => "its account-kind runs a full reconcile now",

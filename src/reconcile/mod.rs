@@ -86,7 +86,8 @@ pub struct KindReport {
     pub skipped: Vec<String>,
     /// Where the run's time went, stage by stage.
     pub stages: StageSeconds,
-    /// With `RunOptions::scheduled`: the end was recorded in `reconcile_due` already.
+    /// The run's end was recorded in its account-kind's schedule row, with its run
+    /// record (`Bookkeeping::finish_and_release`).
     #[serde(skip)]
     pub due_recorded: bool,
 }
@@ -125,9 +126,6 @@ pub struct RunOptions {
     pub wait: bool,
     /// Let deletion detection tombstone more than the kind's `max_delete_fraction`.
     pub allow_mass_delete: bool,
-    /// Claimed from `reconcile_due` (a many-account source's scheduler): the run's end
-    /// is recorded there too, with the run's own (see `KindReport::due_recorded`).
-    pub scheduled: bool,
 }
 
 /// Why a run failed.
@@ -270,11 +268,6 @@ impl Reconciler {
         Ok(out)
     }
 
-    /// The accounts registry the scheduler claims due account-kinds from.
-    pub fn registry(&self) -> crate::accounts::Accounts {
-        self.store.accounts()
-    }
-
     /// The bookkeeping runs, leases and pauses are kept in.
     pub fn book(&self) -> &Bookkeeping {
         &self.book
@@ -385,6 +378,26 @@ impl Reconciler {
                 report.status = RunStatus::Failed {
                     error: e.to_string(),
                 };
+            }
+            // A run that failed before its run record (its account's credential, the
+            // database) ends its schedule row here; one with a record ended it in the
+            // record's commit. Scheduled or one-shot alike, so `status` shows both.
+            if let (RunStatus::Failed { error }, false, false) =
+                (&report.status, opts.dry_run, report.due_recorded)
+            {
+                let key = crate::change::Key::new(source.name.as_str(), kind.name.as_str())
+                    .in_account(account);
+                if let Err(e) = self
+                    .book
+                    .finish_due(
+                        &key,
+                        crate::bookkeeping::DueStatus::Failed,
+                        Some(error.clone()),
+                    )
+                    .await
+                {
+                    tracing::debug!(error = %e, "could not record a failed run in its schedule row");
+                }
             }
             // Inside the run's time: it is work the run's writes made.
             if report.counts.applied + report.counts.tombstoned > 0 && !opts.dry_run {

@@ -1,220 +1,182 @@
-//! The scheduler is a thin trigger: tokio-cron-scheduler fires, and each firing either
-//! starts a run of its kind or, if the previous run of that kind is still going, is
-//! skipped.
+//! One schedule for every (source, account, kind), kept in the database
+//! (`bookkeeping`'s `reconcile_due`; a single-account source's kinds are account `""`).
 //!
-//! A many-account source's kinds are not one timer per account: each kind has one loop
-//! (`accounts_loop`) that claims the due account-kinds from the database — most overdue
-//! first, moving each to the kind's next tick as it is claimed, other replicas' claims
-//! skipped — and runs them, at most `accounts.concurrency` of the source at once in
-//! this process. A failing account is recorded and waits for its next tick; the others
-//! go on.
+//! Each kind has one claim loop per process ([`KindLoop`]) that claims its due
+//! account-kinds — most overdue first, each moved to the kind's next tick as it is
+//! claimed, other replicas' claims skipped, none while the kind is paused — and runs
+//! them, at most `accounts.concurrency` of a many-account source at once in this
+//! process. A failing account is recorded and waits for its next tick; the others go
+//! on. What was overdue when no process ran (a restart) is claimed at once.
 //!
-//! What the crate does not do, done here: `every` intervals are expressed as cron
-//! expressions (its fixed-interval jobs stop for good after a process pause longer than
-//! the interval; cron jobs survive it), overlapping runs are prevented with a per-kind
-//! lock, and shutdown waits for running runs through our own task tracker, since the
-//! crate's `shutdown()` does not.
+//! tokio-cron-scheduler is the clock: each kind's cron job, at each tick (after the
+//! kind's `jitter`), makes the kind's account-kinds due and wakes its loop. What the
+//! crate does not do, done here: `every` intervals are expressed as cron expressions
+//! (its fixed-interval jobs stop for good after a process pause longer than the
+//! interval; cron jobs survive it), and shutdown waits for running runs through our
+//! own task tracker, since the crate's `shutdown()` does not.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{Reconciler, RunOptions};
+use super::{Reconciler, RunOptions, RunStatus};
+use crate::bookkeeping::DueStatus;
 #[cfg(test)]
 use crate::config::every_to_cron;
+use crate::db::DbTime;
 
-/// Starts the schedules of every kind with a list endpoint. Runs are spawned on
-/// `tracker` and see `cancel` between pages.
+/// How often a kind's loop looks for due account-kinds without being woken (an
+/// `accounts add` is picked up within this).
+const CLAIM_POLL: Duration = Duration::from_secs(1);
+/// How often it brings the kind's schedule in line with the registry (accounts
+/// registered or removed behind its back: SQL, another replica's `accounts add`).
+const SYNC_EVERY: Duration = Duration::from_secs(60);
+
+/// Starts one claim loop and one cron job per kind with a list endpoint. Runs are
+/// spawned on `tracker` and see `cancel` between pages.
 pub async fn start(
     reconciler: Reconciler,
     cancel: CancellationToken,
     tracker: TaskTracker,
 ) -> anyhow::Result<Option<JobScheduler>> {
-    let mut planned = Vec::new();
     let mut slots: std::collections::HashMap<String, Arc<Semaphore>> = Default::default();
+    let scheduler = JobScheduler::new().await?;
+    let mut any = false;
     for (source, kind) in reconciler.kinds(None, None) {
         let Some(schedule) = source.schedule_of(kind) else {
             continue;
         };
         let cron = schedule.cron_expression();
-        if let Some(a) = &source.accounts {
-            let slots = slots
-                .entry(source.name.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(a.concurrency)))
-                .clone();
-            let parsed = croner::parser::CronParser::builder()
-                .seconds(croner::parser::Seconds::Required)
-                .build()
-                .parse(&cron)
-                .map_err(|e| {
-                    anyhow::anyhow!("sources.{}.reconcile: schedule {cron:?}: {e}", source.name)
-                })?;
-            let lp = AccountsLoop {
-                reconciler: reconciler.clone(),
-                source: source.name.clone(),
-                kind: kind.name.clone(),
-                cron: parsed,
-                slots,
-                cancel: cancel.clone(),
-                tracker: tracker.clone(),
-            };
-            tracing::info!(
-                source = source.name,
-                kind = kind.name,
-                cron,
-                "reconcile of each account scheduled (UTC)"
-            );
-            tracker.spawn(lp.run());
-            if !Reconciler::reconciles_own_account(source) {
-                continue;
-            }
-        }
-        planned.push((
-            source.name.clone(),
-            kind.name.clone(),
-            cron,
-            source.reconcile.jitter,
-            source.reconcile.run_at_start,
-        ));
-    }
-    if planned.is_empty() {
-        return Ok(None);
-    }
-    let scheduler = JobScheduler::new().await?;
-    for (source, kind, cron, jitter, run_at_start) in planned {
-        let busy = Arc::new(Mutex::new(()));
-        let fire = {
-            let (reconciler, cancel, tracker, busy) = (
-                reconciler.clone(),
-                cancel.clone(),
-                tracker.clone(),
-                busy.clone(),
-            );
-            let (source, kind) = (source.clone(), kind.clone());
-            move |delay: Duration| {
-                trigger(&reconciler, &cancel, &tracker, &busy, &source, &kind, delay);
-            }
+        let parsed = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Required)
+            .build()
+            .parse(&cron)
+            .map_err(|e| {
+                anyhow::anyhow!("sources.{}.reconcile: schedule {cron:?}: {e}", source.name)
+            })?;
+        // A single-account source runs each kind's one row; a many-account source at
+        // most `accounts.concurrency` account-kinds at once, all its kinds together.
+        let per_source = source
+            .accounts
+            .as_ref()
+            .map_or(Semaphore::MAX_PERMITS, |a| a.concurrency);
+        let slots = slots
+            .entry(source.name.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(per_source)))
+            .clone();
+        let wake = Arc::new(Notify::new());
+        let lp = KindLoop {
+            reconciler: reconciler.clone(),
+            source: source.name.clone(),
+            kind: kind.name.clone(),
+            cron: parsed,
+            run_at_start: source.reconcile.run_at_start,
+            slots,
+            wake: wake.clone(),
+            cancel: cancel.clone(),
+            tracker: tracker.clone(),
         };
-        let f = fire.clone();
+        tracker.spawn(lp.run());
+        let jitter = source.reconcile.jitter;
+        let (book, tracker, cancel) = (reconciler.book().clone(), tracker.clone(), cancel.clone());
+        let (s, k) = (source.name.clone(), kind.name.clone());
         let job = Job::new_async(cron.as_str(), move |_id, _sched| {
-            let delay = if jitter.is_zero() {
-                Duration::ZERO
-            } else {
-                Duration::from_millis(rand::random_range(0..=jitter.as_millis() as u64))
-            };
-            f(delay);
+            let (book, wake, cancel) = (book.clone(), wake.clone(), cancel.clone());
+            let (s, k) = (s.clone(), k.clone());
+            tracker.spawn(async move {
+                let delay = if jitter.is_zero() {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(rand::random_range(0..=jitter.as_millis() as u64))
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = cancel.cancelled() => return,
+                }
+                if let Err(e) = book.tick(&s, &k).await {
+                    tracing::warn!(source = s, kind = k, error = %e, "could not make the kind due at its tick; its rows fall due by themselves");
+                }
+                wake.notify_one();
+            });
             Box::pin(async {})
         })
-        .map_err(|e| anyhow::anyhow!("sources.{source}.reconcile: schedule {cron:?}: {e}"))?;
+        .map_err(|e| {
+            anyhow::anyhow!("sources.{}.reconcile: schedule {cron:?}: {e}", source.name)
+        })?;
         scheduler.add(job).await?;
-        tracing::info!(source, kind, cron, "reconcile scheduled (UTC)");
-        if run_at_start {
-            fire(Duration::ZERO);
-        }
+        tracing::info!(
+            source = source.name,
+            kind = kind.name,
+            cron,
+            "reconcile scheduled (UTC)"
+        );
+        any = true;
+    }
+    if !any {
+        return Ok(None);
     }
     scheduler.start().await?;
     Ok(Some(scheduler))
 }
 
-fn trigger(
-    reconciler: &Reconciler,
-    cancel: &CancellationToken,
-    tracker: &TaskTracker,
-    busy: &Arc<Mutex<()>>,
-    source: &str,
-    kind: &str,
-    delay: Duration,
-) {
-    if cancel.is_cancelled() {
-        return;
-    }
-    let (reconciler, cancel, busy) = (reconciler.clone(), cancel.clone(), busy.clone());
-    let (source, kind) = (source.to_string(), kind.to_string());
-    tracker.spawn(async move {
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = cancel.cancelled() => return,
-        }
-        let Ok(_running) = busy.try_lock() else {
-            tracing::info!(
-                source,
-                kind,
-                "reconcile tick skipped: the previous run of this kind is still going"
-            );
-            return;
-        };
-        let Some((s, k)) = reconciler
-            .kinds(Some(&source), Some(&kind))
-            .into_iter()
-            .next()
-            .map(|(s, k)| (s.clone(), k.clone()))
-        else {
-            return;
-        };
-        reconciler
-            .run_kind(&s, &k, &RunOptions::default(), &cancel, &|_| {})
-            .await;
-    });
-}
-
-/// How often a kind's loop looks for due account-kinds (an `accounts add` is picked up
-/// within this).
-const CLAIM_POLL: Duration = Duration::from_secs(1);
-/// How often it schedules accounts registered behind its back (SQL, an older release).
-const SEED_EVERY: Duration = Duration::from_secs(60);
-
-/// One kind of a many-account source: claims due account-kinds and runs them.
-struct AccountsLoop {
+/// One kind of a source: keeps its schedule in line with the accounts, claims due
+/// account-kinds and runs them.
+struct KindLoop {
     reconciler: Reconciler,
     source: String,
     kind: String,
     cron: croner::Cron,
-    /// The source's run slots in this process (`accounts.concurrency`).
+    run_at_start: bool,
+    /// The source's run slots in this process.
     slots: Arc<Semaphore>,
+    /// Woken by the kind's cron job at each tick.
+    wake: Arc<Notify>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
 
-impl AccountsLoop {
+impl KindLoop {
     async fn run(self) {
-        let registry = self.reconciler.registry();
-        let mut seeded: Option<tokio::time::Instant> = None;
+        let book = self.reconciler.book().clone();
+        let mut synced: Option<tokio::time::Instant> = None;
+        let mut started = false;
         while !self.cancel.is_cancelled() {
-            if seeded.is_none_or(|t| t.elapsed() >= SEED_EVERY) {
-                match registry.seed_due(&self.source, &self.kind).await {
-                    Ok(_) => seeded = Some(tokio::time::Instant::now()),
+            if synced.is_none_or(|t| t.elapsed() >= SYNC_EVERY) {
+                match self.sync().await {
+                    Ok(()) => synced = Some(tokio::time::Instant::now()),
                     Err(e) => {
-                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not schedule the registered accounts; trying again")
+                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not schedule the kind's accounts; trying again")
                     }
                 }
             }
-            // A paused kind is not claimed: its account-kinds stay due (overdue in
-            // `status`) and run as soon as it is resumed.
-            let paused = self
-                .reconciler
-                .book()
-                .is_paused(&self.source, &self.kind)
-                .await
-                .unwrap_or(false);
-            let free = if paused {
-                0
-            } else {
-                self.slots.available_permits()
-            };
+            if !started && synced.is_some() {
+                started = true;
+                if self.run_at_start {
+                    // `run_at_start`: this process's start makes the source's own
+                    // account-kind due (one replica runs it).
+                    if let Err(e) = book
+                        .due_now(&self.source, "", vec![self.kind.clone()])
+                        .await
+                    {
+                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not make the kind due at start");
+                    }
+                }
+            }
+            let free = self.slots.available_permits();
             let claimed = if free == 0 {
                 Vec::new()
             } else {
-                match registry
+                match book
                     .claim_due(&self.source, &self.kind, self.next_tick(), free)
                     .await
                 {
                     Ok(c) => c,
                     Err(e) => {
-                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not claim due accounts; trying again");
+                        tracing::warn!(source = self.source, kind = self.kind, error = %e, "could not claim due account-kinds; trying again");
                         Vec::new()
                     }
                 }
@@ -231,10 +193,9 @@ impl AccountsLoop {
                     },
                 };
                 let this = self.clone_parts();
-                let registry = registry.clone();
                 self.tracker.spawn(async move {
                     let _permit = permit;
-                    this.run_account(&registry, &account).await;
+                    this.run_account(&account).await;
                 });
             }
             if full {
@@ -247,21 +208,51 @@ impl AccountsLoop {
             }
             tokio::select! {
                 () = self.cancel.cancelled() => return,
+                () = self.wake.notified() => {}
                 () = tokio::time::sleep(CLAIM_POLL) => {}
             }
         }
     }
 
+    /// The kind's rows made exactly the accounts it serves: the source's own (first due
+    /// at the next tick) and its enabled registered accounts (their first sync due now).
+    async fn sync(&self) -> Result<(), crate::db::DbError> {
+        let Some((s, _)) = self
+            .reconciler
+            .kinds(Some(&self.source), Some(&self.kind))
+            .into_iter()
+            .next()
+        else {
+            return Ok(());
+        };
+        let next = self.next_tick();
+        let book = self.reconciler.book();
+        let listed_at = book.clock().await?;
+        let accounts = self
+            .reconciler
+            .accounts_of(s)
+            .await?
+            .into_iter()
+            .map(|a| {
+                let first = a.is_empty().then_some(next);
+                (a, first)
+            })
+            .collect();
+        book.sync_schedule(&self.source, &self.kind, accounts, listed_at)
+            .await?;
+        Ok(())
+    }
+
     /// The kind's next tick at least a second from now: a claimed account-kind is due
     /// again then (a second's margin for clocks that differ between replicas and the
     /// database).
-    fn next_tick(&self) -> crate::db::DbTime {
+    fn next_tick(&self) -> DbTime {
         let from = chrono::Utc::now() + chrono::Duration::seconds(1);
         let next = self
             .cron
             .find_next_occurrence(&from, false)
             .unwrap_or(from + chrono::Duration::hours(1));
-        crate::db::DbTime(next)
+        DbTime(next)
     }
 
     fn clone_parts(&self) -> Self {
@@ -270,13 +261,15 @@ impl AccountsLoop {
             source: self.source.clone(),
             kind: self.kind.clone(),
             cron: self.cron.clone(),
+            run_at_start: self.run_at_start,
             slots: self.slots.clone(),
+            wake: self.wake.clone(),
             cancel: self.cancel.clone(),
             tracker: self.tracker.clone(),
         }
     }
 
-    async fn run_account(&self, registry: &crate::accounts::Accounts, account: &str) {
+    async fn run_account(&self, account: &str) {
         let Some((s, k)) = self
             .reconciler
             .kinds(Some(&self.source), Some(&self.kind))
@@ -292,41 +285,26 @@ impl AccountsLoop {
                 &s,
                 &k,
                 account,
-                &RunOptions {
-                    scheduled: true,
-                    ..RunOptions::default()
-                },
+                &RunOptions::default(),
                 &self.cancel,
                 &|_| {},
             )
             .await;
-        if report.due_recorded {
-            return;
-        }
-        let (status, error) = match report.status {
-            super::RunStatus::Succeeded => ("succeeded", None),
-            super::RunStatus::Failed { error } => ("failed", Some(error)),
-            super::RunStatus::Skipped { .. } | super::RunStatus::Paused => ("skipped", None),
-        };
-        self.finish(registry, account, status, error).await;
-    }
-
-    async fn finish(
-        &self,
-        registry: &crate::accounts::Accounts,
-        account: &str,
-        status: &'static str,
-        error: Option<String>,
-    ) {
-        if let Err(e) = registry
-            .finish_due(&self.source, account, &self.kind, status, error)
-            .await
-        {
-            tracing::warn!(source = self.source, account, kind = self.kind, error = %e, "could not record the end of an account's run");
+        // A run recorded its own end (`run_account_kind`); one that did not run ends
+        // its claim here.
+        if let RunStatus::Skipped { .. } | RunStatus::Paused = report.status {
+            let key = crate::change::Key::new(&self.source, &self.kind).in_account(account);
+            if let Err(e) = self
+                .reconciler
+                .book()
+                .finish_due(&key, DueStatus::Skipped, None)
+                .await
+            {
+                tracing::warn!(source = self.source, account, kind = self.kind, error = %e, "could not record a skipped run");
+            }
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

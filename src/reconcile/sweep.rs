@@ -126,29 +126,14 @@ impl Reconciler {
         // run of the kind marks it abandoned; the lease expires by itself.
         drop(heartbeat);
         let key = run.key();
-        let due = run.opts.scheduled.then(|| {
-            let (s, a, k) = (key.source.clone(), key.account.clone(), key.kind.clone());
-            let (due_status, due_error) = match &error {
-                None => ("succeeded", None),
-                Some(e) => ("failed", Some(e.clone())),
-            };
-            (s, a, k, due_status, due_error)
-        });
-        let recorded =
-            self.book
-                .finish_and_release(run_id, status, run.report.counts, error, &key, move |c| {
-                    match &due {
-                        Some((s, a, k, st, e)) => {
-                            crate::accounts::Accounts::finish_due_in(c, s, a, k, st, e.as_deref())
-                        }
-                        None => Ok(()),
-                    }
-                })
-                .await;
+        let recorded = self
+            .book
+            .finish_and_release(run_id, status, run.report.counts, error, &key)
+            .await;
         match recorded {
             Ok(()) => {
                 *released = true;
-                run.report.due_recorded = run.opts.scheduled;
+                run.report.due_recorded = true;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "could not record the end of the reconcile run")

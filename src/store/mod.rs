@@ -81,6 +81,12 @@ impl Store {
         crate::accounts::Accounts::new(self.db.clone())
     }
 
+    /// The database this store writes (owners of other tables on the same database are
+    /// built from it).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub fn new(db: Db) -> Self {
         let writers = match db.backend() {
             // SQLite has one writer anyway.

@@ -1113,3 +1113,132 @@ async fn an_erased_account_reaches_the_consumer_as_tombstones_and_leaves_no_stat
     assert_eq!(app.db.count("changes"), 5);
     assert_eq!(app.db.count("pending_fetches WHERE account = 'acct_a'"), 0);
 }
+
+both_backends!(
+    one_schedule_holds_the_platforms_own_kinds_and_what_fell_due_while_no_process_ran_runs_at_start,
+    a_one_shot_runs_failure_is_recorded_in_its_account_kinds_schedule_like_a_scheduled_ones,
+);
+
+/// Every reconcile is due work in `reconcile_due`, the source's own account-kinds (the
+/// platform's, account `''`) included. One that fell due while no process ran (its tick
+/// passed during a deploy) is claimed as soon as `serve` starts, though the next tick
+/// is months away.
+async fn one_schedule_holds_the_platforms_own_kinds_and_what_fell_due_while_no_process_ran_runs_at_start(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    sim.change(
+        "customers",
+        "cus_0",
+        json!({"name": "platform's"}),
+        "customer.created",
+    );
+    let db = TestDb::new(b);
+    let toml = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::helpers::process::write_migrated_config(dir.path(), &toml);
+    let serve = || {
+        crate::helpers::process::bin()
+            .arg("--config")
+            .arg(&cfg)
+            .arg("serve")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let scheduled = "reconcile_due WHERE source = 'stripe' AND account = '' AND kind = 'customer'";
+    let mut child = serve();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            db.count(&format!("{scheduled} AND status = 'never'")) == 1
+        })
+        .await,
+        "the platform's own kind is scheduled"
+    );
+    crate::helpers::process::signal(child.id(), "TERM");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(db.count("reconcile_runs"), 0, "not due before its tick");
+    // The tick passed while no process ran.
+    db.execute(
+        "UPDATE reconcile_due SET due_at = '2026-01-01T00:00:00.000Z' WHERE account = '' AND kind = 'customer'",
+    );
+    let mut child = serve();
+    let ran = eventually(Duration::from_secs(20), || async {
+        db.count(&format!("{scheduled} AND status = 'succeeded'")) == 1
+    })
+    .await;
+    crate::helpers::process::signal(child.id(), "TERM");
+    let _ = child.wait();
+    assert!(ran, "the overdue run was claimed at start");
+    assert_eq!(
+        names(&db, ""),
+        [("cus_0".to_string(), "platform's".to_string())]
+    );
+    // Claimed, it is due again at its next tick, not now.
+    assert_eq!(
+        db.count(&format!("{scheduled} AND due_at > '2026-12-31'")),
+        1
+    );
+}
+
+/// `reconcile --source S --account A` (what the shipped timer runs) records its end in
+/// the account-kind's schedule row, so `status` shows a one-shot failure (a revoked
+/// key) as it shows a scheduled one, and its success clears it.
+async fn a_one_shot_runs_failure_is_recorded_in_its_account_kinds_schedule_like_a_scheduled_ones(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let r = reconciler_for(&toml).await;
+    let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
+    life.add("stripe", "acct_a", None, None).await.unwrap();
+    let (s, k) = r
+        .kinds(Some("stripe"), Some("customer"))
+        .into_iter()
+        .next()
+        .map(|(s, k)| (s.clone(), k.clone()))
+        .unwrap();
+    let run = || async {
+        r.run_account_kind(
+            &s,
+            &k,
+            "acct_a",
+            &RunOptions::default(),
+            &CancellationToken::new(),
+            &|_| {},
+        )
+        .await
+    };
+    sim.fail_account("acct_a", true);
+    assert!(matches!(run().await.status, RunStatus::Failed { .. }));
+    assert_eq!(
+        db.count(
+            "reconcile_due WHERE account = 'acct_a' AND kind = 'customer' AND status = 'failed' AND error IS NOT NULL"
+        ),
+        1
+    );
+    sim.fail_account("acct_a", false);
+    assert_eq!(run().await.status, RunStatus::Succeeded);
+    assert_eq!(
+        db.count(
+            "reconcile_due WHERE account = 'acct_a' AND kind = 'customer' AND status = 'succeeded' AND error IS NULL"
+        ),
+        1
+    );
+}

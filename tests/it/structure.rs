@@ -77,7 +77,7 @@ fn each_tables_sql_is_named_only_by_its_owner() {
         &[
             "db",
             "store/sql",
-            "bookkeeping/sql.rs",
+            "bookkeeping/sql",
             "feed/sql.rs",
             "accounts/sql.rs",
         ],

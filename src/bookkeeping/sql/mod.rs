@@ -1,5 +1,8 @@
-//! Reconcile bookkeeping: `reconcile_runs`, `reconcile_leases`, `reconcile_checkpoints`
-//! and `reconcile_state`. Only `bookkeeping` calls these.
+//! Reconcile bookkeeping: `reconcile_runs`, `reconcile_leases`, `reconcile_checkpoints`,
+//! `reconcile_state`, `reconcile_last_success`, `reconcile_paused`, `prune_runs`, and
+//! `reconcile_due` (`due`: the schedule). Only `bookkeeping` calls these.
+
+pub(crate) mod due;
 
 use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Nullable, Text};

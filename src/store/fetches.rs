@@ -67,6 +67,11 @@ impl Store {
         limit: usize,
         hold: Duration,
     ) -> Result<Vec<TakenFetch>, DbError> {
+        // Asked twice a second by every process: on a reader first, so an idle fetcher
+        // never takes the writer (SQLite has one) from the deliveries.
+        if !self.db.read(fetches::any_due).await? {
+            return Ok(Vec::new());
+        }
         let holder = holder.to_string();
         self.db
             .write(move |conn| fetches::take(conn, &holder, limit as i64, hold.as_secs_f64()))

@@ -275,3 +275,26 @@ pub(crate) fn make_due(conn: &mut Conn, key: &Key) -> diesel::QueryResult<bool> 
         .execute(c))?;
     Ok(n > 0)
 }
+
+/// Whether any account-kind of `source`'s `kind` is due (a read: the claim, a write,
+/// is taken only when there is something to claim).
+pub(crate) fn any_due(conn: &mut Conn, source: &str, kind: &str) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT COUNT(*) AS v FROM (SELECT 1 FROM reconcile_due \
+             WHERE source = $1 AND kind = $2 AND due_at <= {} LIMIT 1) d",
+            now(b)
+        ),
+    );
+    let r: Count =
+        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).get_result(c))?;
+    Ok(r.v > 0)
+}
+
+#[derive(diesel::QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    v: i64,
+}

@@ -336,3 +336,24 @@ pub(crate) fn of_resource(
         .load(c))?;
     Ok(rows.pop())
 }
+
+/// Whether any fetch is due and not taken (a read: taking, a write, is done only when
+/// there is something to take).
+pub(crate) fn any_due(conn: &mut Conn) -> diesel::QueryResult<bool> {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        v: i64,
+    }
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT COUNT(*) AS v FROM (SELECT 1 FROM pending_fetches \
+             WHERE failed_at IS NULL AND due_at <= {now} AND (taken_until IS NULL OR taken_until <= {now}) LIMIT 1) d",
+            now = now(b)
+        ),
+    );
+    let r: Count = on_conn!(conn, c => q.get_result(c))?;
+    Ok(r.v > 0)
+}

@@ -134,11 +134,16 @@ pub(crate) fn take(
     );
     let picked: Vec<KeyRow> =
         on_conn!(conn, c => query(b, &pick).bind::<BigInt, _>(limit).load(c))?;
+    // Checked again on the row as it is now: the pick's snapshot may predate another
+    // taker's commit (PostgreSQL locks the row once that commit is done, and the lock
+    // alone would not say it was taken meanwhile).
     let hold = format!(
         "UPDATE pending_fetches SET taken_by = $1, taken_until = {until}, attempts = attempts + 1 \
          WHERE source = $3 AND account = $4 AND kind = $5 AND id = $6 \
+           AND failed_at IS NULL AND due_at <= {now} AND (taken_until IS NULL OR taken_until <= {now}) \
          RETURNING source, account, kind, id, event_id, requests, attempts",
-        until = plus_seconds(b, 2)
+        until = plus_seconds(b, 2),
+        now = now(b)
     );
     let mut taken = Vec::with_capacity(picked.len());
     for k in picked {

@@ -95,7 +95,7 @@ impl Ingest {
         let accounts = source
             .accounts
             .as_ref()
-            .map(|a| (a.from.clone(), store.accounts()));
+            .map(|a| (a.from.clone(), Accounts::new(store.db().clone())));
         Self {
             source: source.name.clone(),
             scheme: source.webhook.scheme.clone(),
@@ -118,10 +118,11 @@ impl Ingest {
         body: &[u8],
         body_digest: Option<String>,
     ) -> Result<Ingested, Refusal> {
-        if self.scheme == Scheme::Shopify && env.event_type == SHOP_REDACT {
-            if let Some((_, registry)) = &self.accounts {
-                return self.redact_shop(env, body, body_digest, registry).await;
-            }
+        if self.scheme == Scheme::Shopify
+            && env.event_type == SHOP_REDACT
+            && self.accounts.is_some()
+        {
+            return self.redact_shop(env, body, body_digest).await;
         }
         let mapping = self.mapping(&env);
         let settle_conflict = mapping.is_some_and(|m| m.has_get);
@@ -210,7 +211,6 @@ impl Ingest {
         env: Envelope,
         body: &[u8],
         body_digest: Option<String>,
-        registry: &Accounts,
     ) -> Result<Ingested, Refusal> {
         let shop = match env.doc.pointer("/shop_domain") {
             Some(serde_json::Value::String(s)) if crate::change::limits::check_id(s).is_ok() => {
@@ -238,20 +238,10 @@ impl Ingest {
             Ok(outcome) => return Ok((outcome, None)),
             Err(e) => return Err(self.database_refused(e, env, body).await),
         }
-        let purged = async {
-            if !registry.set_enabled(&self.source, &shop, false).await? {
-                return Ok::<_, DbError>(None);
-            }
-            let rows = self.store.purge_account(&self.source, &shop).await?;
-            crate::bookkeeping::Bookkeeping::new(self.store.db().clone())
-                .forget_account(&self.source, &shop)
-                .await?;
-            registry.remove(&self.source, &shop).await?;
-            Ok(Some(rows))
-        }
-        .await;
+        let purged =
+            crate::accounts::lifecycle::unregister(&self.store, &self.source, &shop, true).await;
         match purged {
-            Ok(Some(rows)) => {
+            Ok(Some(crate::accounts::lifecycle::Removed { rows, .. })) => {
                 tracing::info!(
                     source = self.source,
                     account = shop,

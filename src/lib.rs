@@ -21,6 +21,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod feed;
+pub mod health;
 pub mod http;
 pub mod ingest;
 pub mod observability;

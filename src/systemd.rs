@@ -81,7 +81,7 @@ pub async fn status_line(book: Bookkeeping, config: Arc<Config>, cancel: Cancell
             _ = tick.tick() => {}
         }
         let deliveries = crate::observability::deliveries();
-        let reconcile = match crate::observability::freshness(&book, &config).await {
+        let reconcile = match crate::health::freshness(&book, &config).await {
             Ok(kinds) if kinds.is_empty() => "no reconciled kinds".to_string(),
             Ok(kinds) => {
                 let overdue = kinds.iter().filter(|k| k.overdue).count();

@@ -65,7 +65,7 @@ impl Lifecycle {
     pub fn new(config: Arc<Config>, store: Store) -> Self {
         Self {
             config,
-            registry: store.accounts(),
+            registry: Accounts::new(store.db().clone()),
             book: crate::bookkeeping::Bookkeeping::new(store.db().clone()),
             store,
         }
@@ -175,19 +175,37 @@ impl Lifecycle {
         purge: bool,
     ) -> Result<Removed, LifecycleError> {
         self.check(source, Some(account))?;
-        if !self.registry.set_enabled(source, account, false).await? {
-            return Err(self.not_registered(source, account));
-        }
-        let rows = if purge {
-            self.store.purge_account(source, account).await?
-        } else {
-            self.store.tombstone_account(source, account).await?
-        };
-        self.book.forget_account(source, account).await?;
-        self.registry.remove(source, account).await?;
-        Ok(Removed {
-            rows,
-            purged: purge,
-        })
+        let removed = unregister(&self.store, source, account, purge).await?;
+        removed.ok_or_else(|| self.not_registered(source, account))
     }
+}
+
+/// The one removal sequence (`accounts remove`, the admin API, Shopify's `shop/redact`):
+/// disabled first (no delivery writes a row of it meanwhile), its rows tombstoned (changes
+/// appended) or, with `purge`, erased (`Store::purge_account`), its schedule and last
+/// successes forgotten, unregistered last (a failure halfway leaves it disabled, and
+/// removing again finishes the job). `None`: it was not registered.
+pub async fn unregister(
+    store: &Store,
+    source: &str,
+    account: &str,
+    purge: bool,
+) -> Result<Option<Removed>, DbError> {
+    let registry = Accounts::new(store.db().clone());
+    if !registry.set_enabled(source, account, false).await? {
+        return Ok(None);
+    }
+    let rows = if purge {
+        store.purge_account(source, account).await?
+    } else {
+        store.tombstone_account(source, account).await?
+    };
+    crate::bookkeeping::Bookkeeping::new(store.db().clone())
+        .forget_account(source, account)
+        .await?;
+    registry.remove(source, account).await?;
+    Ok(Some(Removed {
+        rows,
+        purged: purge,
+    }))
 }

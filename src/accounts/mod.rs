@@ -8,7 +8,7 @@ pub mod credential;
 pub mod lifecycle;
 mod sql;
 
-pub use sql::AccountRow;
+pub use sql::{AccountAge, AccountRow};
 
 use secrecy::SecretString;
 
@@ -128,5 +128,11 @@ impl Accounts {
     pub async fn remove(&self, source: &str, account: &str) -> Result<bool, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
         self.db.write(move |c| sql::remove(c, &s, &a)).await
+    }
+
+    /// Seconds since each enabled registered account was added (an account that never
+    /// succeeded ages from then).
+    pub async fn enabled_ages(&self) -> Result<Vec<AccountAge>, DbError> {
+        self.db.read(sql::enabled_account_ages).await
     }
 }

@@ -3,7 +3,7 @@
 use diesel::RunQueryDsl;
 use diesel::sql_types::{Bool, Nullable, Text};
 
-use crate::db::sql::{display_time, query};
+use crate::db::sql::{age_secs, display_time, query};
 use crate::db::{Conn, on_conn};
 
 /// One registered account.
@@ -140,4 +140,28 @@ pub(crate) fn remove(conn: &mut Conn, source: &str, account: &str) -> diesel::Qu
     );
     let n = on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))?;
     Ok(n == 1)
+}
+
+/// Seconds since each enabled registered account was added: how long an account that
+/// never succeeded has gone without a run (read for freshness).
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub struct AccountAge {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub account: String,
+    #[diesel(sql_type = diesel::sql_types::Double)]
+    pub age_seconds: f64,
+}
+
+pub(crate) fn enabled_account_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<AccountAge>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT source, account, {} AS age_seconds FROM accounts WHERE enabled",
+            age_secs(b, "created_at")
+        ),
+    );
+    on_conn!(conn, c => q.load(c))
 }

@@ -17,7 +17,7 @@ mod sql;
 use crate::change::Key;
 use crate::db::{Conn, Db, DbError, DbTime};
 pub use schedule::{DueCount, DueStatus, Overdue};
-pub use sql::{AccountAge, Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
+pub use sql::{Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
 
 /// `reconcile_runs.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -224,6 +224,12 @@ pub struct Bookkeeping {
 }
 
 impl Bookkeeping {
+    /// The database these records are kept in (owners of other tables on it are built
+    /// from it).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
     pub fn new(db: Db) -> Self {
         Self {
             db,
@@ -421,11 +427,6 @@ impl Bookkeeping {
     /// one.
     pub async fn last_success_ages(&self) -> Result<Vec<SuccessAge>, DbError> {
         self.db.read(sql::last_success_ages).await
-    }
-
-    /// Seconds since each enabled registered account was added.
-    pub async fn enabled_account_ages(&self) -> Result<Vec<AccountAge>, DbError> {
-        self.db.read(sql::enabled_account_ages).await
     }
 
     /// The kind's latest `limit` runs, newest first.

@@ -6,7 +6,7 @@ use crate::bookkeeping::{Bookkeeping, PruneRow, RunRow};
 use crate::change::Key;
 use crate::config::Config;
 use crate::feed::{Feed, Lag};
-use crate::observability::{KindFreshness, freshness};
+use crate::health::{KindFreshness, freshness};
 use crate::store::{FetchCount, SourceCount, Store};
 
 /// Runs shown per kind.

@@ -530,6 +530,17 @@ pub struct GithubApp {
 }
 
 impl SourceConfig {
+    /// Whether the source's own account (`""`) is reconciled: always for a
+    /// single-account source; for a many-account one when it has a base URL of its own
+    /// and tells accounts apart by a header only (Stripe Connect: the platform's own
+    /// objects).
+    pub fn reconciles_own_account(&self) -> bool {
+        match &self.accounts {
+            None => true,
+            Some(a) => self.api_base.is_some() && a.api_base.is_none() && a.app.is_none(),
+        }
+    }
+
     /// When `kind` (one of its kinds, or its catch-up listing) runs under `serve`.
     pub fn schedule_of(&self, kind: &KindConfig) -> Option<&Schedule> {
         match kind.listing {

@@ -5,13 +5,12 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{delete, get};
 use secrecy::SecretString;
 use serde_json::json;
 
-use super::admin_refusal;
 use super::reply::{error_reply, json_reply, unavailable};
 use crate::accounts::lifecycle::{Lifecycle, LifecycleError};
 
@@ -38,46 +37,32 @@ struct RemoveQuery {
     purge: bool,
 }
 
-/// The routes, each refused (404 or 401) without the admin token.
-pub(super) fn routes(life: Lifecycle, token: Option<SecretString>) -> Router {
+/// The routes; `http` puts the admin token's check in front of them.
+pub(super) fn routes(life: Lifecycle) -> Router {
     let (l1, l2, l3) = (life.clone(), life.clone(), life);
-    let (t1, t2, t3) = (token.clone(), token.clone(), token);
     Router::new()
         .route(
             "/admin/accounts",
-            get(move |headers: HeaderMap, q: Query<ListQuery>| {
-                let (life, token) = (l1.clone(), t1.clone());
+            get(move |q: Query<ListQuery>| {
+                let life = l1.clone();
                 async move {
-                    if let Some(r) = admin_refusal(token.as_ref(), &headers) {
-                        return r;
-                    }
                     match life.list(q.0.source.as_deref()).await {
                         Ok(rows) => json_reply(StatusCode::OK, json!({ "accounts": rows })),
                         Err(e) => refusal(&e),
                     }
                 }
             })
-            .post(move |headers: HeaderMap, body: Body| {
-                let (life, token) = (l2.clone(), t2.clone());
-                async move {
-                    if let Some(r) = admin_refusal(token.as_ref(), &headers) {
-                        return r;
-                    }
-                    add(&life, body).await
-                }
+            .post(move |body: Body| {
+                let life = l2.clone();
+                async move { add(&life, body).await }
             }),
         )
         .route(
             "/admin/accounts/{source}/{account}",
             delete(
-                move |headers: HeaderMap,
-                      Path((source, account)): Path<(String, String)>,
-                      q: Query<RemoveQuery>| {
-                    let (life, token) = (l3.clone(), t3.clone());
+                move |Path((source, account)): Path<(String, String)>, q: Query<RemoveQuery>| {
+                    let life = l3.clone();
                     async move {
-                        if let Some(r) = admin_refusal(token.as_ref(), &headers) {
-                            return r;
-                        }
                         match life.remove(&source, &account, q.0.purge).await {
                             Ok(removed) => json_reply(
                                 StatusCode::OK,

@@ -99,31 +99,25 @@ pub fn router(state: HttpState) -> Routers {
             ),
         );
     }
-    let admin_token = config.http.admin_token.clone();
     let (db3, book3, config3) = (db.clone(), book.clone(), config.clone());
-    let ops = router
-        .merge(admin::routes(life, config.http.admin_token.clone()))
-        .merge(operations::routes(
-            operations,
-            config.http.admin_token.clone(),
-        ))
+    // Every `/admin/*` route behind one check of the token, made before the route's own
+    // extractors read anything (a bad query string of a caller without the token is
+    // answered 401, not 400).
+    let admin_routes = admin::routes(life)
+        .merge(operations::routes(operations))
         .route(
             "/admin/status",
-            get(move |headers: HeaderMap| {
-                let (db, book, config, token) = (
-                    db3.clone(),
-                    book3.clone(),
-                    config3.clone(),
-                    admin_token.clone(),
-                );
-                async move {
-                    match admin_refusal(token.as_ref(), &headers) {
-                        Some(refused) => refused,
-                        None => readyz(&db, &book, &config).await,
-                    }
-                }
+            get(move || {
+                let (db, book, config) = (db3.clone(), book3.clone(), config3.clone());
+                async move { readyz(&db, &book, &config).await }
             }),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            config.http.admin_token.clone(),
+            require_admin,
+        ));
+    let ops = router
+        .merge(admin_routes)
         .route(
             "/readyz",
             get(move || {
@@ -136,7 +130,7 @@ pub fn router(state: HttpState) -> Routers {
             get(move || {
                 let (db, book, config) = (db2.clone(), book2.clone(), config2.clone());
                 async move {
-                    let body = crate::observability::render(&db, &book, &config).await;
+                    let body = crate::health::render(&db, &book, &config).await;
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,
@@ -192,15 +186,24 @@ fn bearer_matches(headers: &HeaderMap, expected: &SecretString) -> bool {
             == 0
 }
 
+/// The layer in front of every `/admin/*` route.
+async fn require_admin(
+    axum::extract::State(token): axum::extract::State<Option<SecretString>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match admin_refusal(token.as_ref(), req.headers()) {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    }
+}
+
 /// The answer to an `/admin/*` request that may not proceed: 404 when no
 /// `http.admin_token` is configured (the routes do not exist), 401 without the token.
 fn admin_refusal(token: Option<&SecretString>, headers: &HeaderMap) -> Option<Response> {
     match token {
         None => Some(error_reply(StatusCode::NOT_FOUND, "no such endpoint")),
-        Some(t) if !bearer_matches(headers, t) => Some(error_reply(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong `Authorization: Bearer` token (http.admin_token)",
-        )),
+        Some(t) if !bearer_matches(headers, t) => Some(reply::admin_unauthorized()),
         Some(_) => None,
     }
 }
@@ -362,7 +365,7 @@ async fn changes(
 async fn readyz(db: &Db, book: &Bookkeeping, config: &Config) -> Response {
     match db.is_migrated().await {
         Ok(true) => {
-            let kinds = crate::observability::freshness(book, config)
+            let kinds = crate::health::freshness(book, config)
                 .await
                 .unwrap_or_default();
             let feed = Feed::new(db.clone());

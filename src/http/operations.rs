@@ -6,14 +6,12 @@
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
-use secrecy::SecretString;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::admin_refusal;
 use super::reply::{error_reply, json_reply, unavailable};
 use crate::operations::{OpError, Operations, Selection};
 
@@ -23,13 +21,6 @@ const MAX_BODY: usize = 1024 * 1024;
 #[derive(Clone)]
 struct Ops {
     ops: Operations,
-    token: Option<SecretString>,
-}
-
-impl Ops {
-    fn refused(&self, headers: &HeaderMap) -> Option<Response> {
-        admin_refusal(self.token.as_ref(), headers)
-    }
 }
 
 #[derive(serde::Deserialize)]
@@ -56,7 +47,8 @@ struct PauseBody {
     kind: Option<String>,
 }
 
-pub(super) fn routes(ops: Operations, token: Option<SecretString>) -> Router {
+/// The routes; `http` puts the admin token's check in front of them.
+pub(super) fn routes(ops: Operations) -> Router {
     Router::new()
         .route("/admin/dead-letters", get(list_dead_letters))
         .route("/admin/dead-letters/retry", post(retry))
@@ -68,7 +60,7 @@ pub(super) fn routes(ops: Operations, token: Option<SecretString>) -> Router {
         .route("/admin/consumers/{name}/resume", post(resume_consumer))
         .route("/admin/reconcile/pause", post(pause_reconcile))
         .route("/admin/reconcile/resume", post(resume_reconcile))
-        .with_state(Ops { ops, token })
+        .with_state(Ops { ops })
 }
 
 /// The request's JSON body, or the answer that says what was expected.
@@ -103,14 +95,7 @@ fn answer<T: serde::Serialize>(r: Result<T, OpError>, wrap: &str) -> Response {
     }
 }
 
-async fn list_dead_letters(
-    State(s): State<Ops>,
-    headers: HeaderMap,
-    q: Query<SourceQuery>,
-) -> Response {
-    if let Some(r) = s.refused(&headers) {
-        return r;
-    }
+async fn list_dead_letters(State(s): State<Ops>, q: Query<SourceQuery>) -> Response {
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
     answer(
         s.ops.dead_letters(q.source.as_deref(), limit).await,
@@ -120,20 +105,14 @@ async fn list_dead_letters(
 
 const SELECTION: &str = r#"{"ids": [...], "source"?} or {"all": true, "source"?}"#;
 
-async fn retry(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
-    if let Some(r) = s.refused(&headers) {
-        return r;
-    }
+async fn retry(State(s): State<Ops>, b: Body) -> Response {
     match body::<Selection>(b, SELECTION).await {
         Ok(sel) => answer(s.ops.retry_dead_letters(&sel).await, "results"),
         Err(r) => r,
     }
 }
 
-async fn discard(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
-    if let Some(r) = s.refused(&headers) {
-        return r;
-    }
+async fn discard(State(s): State<Ops>, b: Body) -> Response {
     match body::<Selection>(b, SELECTION).await {
         Ok(sel) => answer(s.ops.discard_dead_letters(&sel).await, "results"),
         Err(r) => r,
@@ -142,13 +121,9 @@ async fn discard(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response 
 
 async fn explain(
     State(s): State<Ops>,
-    headers: HeaderMap,
     Path((source, kind, id)): Path<(String, String, String)>,
     q: Query<AccountQuery>,
 ) -> Response {
-    if let Some(r) = s.refused(&headers) {
-        return r;
-    }
     match s
         .ops
         .explain(&source, &kind, &id, q.account.as_deref())
@@ -159,22 +134,11 @@ async fn explain(
     }
 }
 
-async fn consumers(State(s): State<Ops>, headers: HeaderMap) -> Response {
-    if let Some(r) = s.refused(&headers) {
-        return r;
-    }
+async fn consumers(State(s): State<Ops>) -> Response {
     answer(s.ops.consumers().await, "consumers")
 }
 
-async fn rewind(
-    State(s): State<Ops>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-    b: Body,
-) -> Response {
-    if let Some(r) = s.refused(&headers) {
-        return r;
-    }
+async fn rewind(State(s): State<Ops>, Path(name): Path<String>, b: Body) -> Response {
     let req = match body::<RewindBody>(b, r#"{"to": SEQ}"#).await {
         Ok(r) => r,
         Err(r) => return r,
@@ -188,36 +152,22 @@ async fn rewind(
     }
 }
 
-async fn set_consumer(s: &Ops, headers: &HeaderMap, name: &str, paused: bool) -> Response {
-    if let Some(r) = s.refused(headers) {
-        return r;
-    }
+async fn set_consumer(s: &Ops, name: &str, paused: bool) -> Response {
     match s.ops.set_consumer_paused(name, paused).await {
         Ok(()) => json_reply(StatusCode::OK, json!({"consumer": name, "paused": paused})),
         Err(e) => refusal(&e),
     }
 }
 
-async fn pause_consumer(
-    State(s): State<Ops>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Response {
-    set_consumer(&s, &headers, &name, true).await
+async fn pause_consumer(State(s): State<Ops>, Path(name): Path<String>) -> Response {
+    set_consumer(&s, &name, true).await
 }
 
-async fn resume_consumer(
-    State(s): State<Ops>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Response {
-    set_consumer(&s, &headers, &name, false).await
+async fn resume_consumer(State(s): State<Ops>, Path(name): Path<String>) -> Response {
+    set_consumer(&s, &name, false).await
 }
 
-async fn set_reconcile(s: &Ops, headers: &HeaderMap, b: Body, paused: bool) -> Response {
-    if let Some(r) = s.refused(headers) {
-        return r;
-    }
+async fn set_reconcile(s: &Ops, b: Body, paused: bool) -> Response {
     let req = match body::<PauseBody>(b, r#"{"source", "kind"?}"#).await {
         Ok(r) => r,
         Err(r) => return r,
@@ -235,10 +185,10 @@ async fn set_reconcile(s: &Ops, headers: &HeaderMap, b: Body, paused: bool) -> R
     }
 }
 
-async fn pause_reconcile(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
-    set_reconcile(&s, &headers, b, true).await
+async fn pause_reconcile(State(s): State<Ops>, b: Body) -> Response {
+    set_reconcile(&s, b, true).await
 }
 
-async fn resume_reconcile(State(s): State<Ops>, headers: HeaderMap, b: Body) -> Response {
-    set_reconcile(&s, &headers, b, false).await
+async fn resume_reconcile(State(s): State<Ops>, b: Body) -> Response {
+    set_reconcile(&s, b, false).await
 }

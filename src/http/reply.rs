@@ -89,6 +89,22 @@ pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
     ))
 }
 
+/// A request to `/admin/*` without the right token: counted, logged at most once a
+/// second (with how many were not), answered 401.
+pub fn admin_unauthorized() -> Response {
+    metrics::counter!("admin_unauthorized_total").increment(1);
+    if let Some(not_logged) = log_rejection("admin", "unauthorized") {
+        tracing::warn!(
+            not_logged,
+            "admin request refused: missing or wrong Authorization: Bearer token (http.admin_token)"
+        );
+    }
+    error_reply(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong `Authorization: Bearer` token (http.admin_token)",
+    )
+}
+
 pub fn too_slow(source: &str, body_timeout: Duration) -> Response {
     count(source, "too_slow", None);
     if let Some(not_logged) = log_rejection(source, "too_slow") {

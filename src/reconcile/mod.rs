@@ -181,6 +181,8 @@ pub struct Reconciler {
     config: Arc<Config>,
     store: Store,
     book: Bookkeeping,
+    /// The accounts of many-account sources: which a run covers, and how to reach each.
+    registry: crate::accounts::Accounts,
     senders: Arc<Vec<Sender>>,
     /// Per source: the ingest step (mapping, claim, guarded write, dead letter) that
     /// webhooks go through too, for catch-up events.
@@ -202,6 +204,7 @@ impl Reconciler {
             .collect();
         Ok(Self {
             config,
+            registry: crate::accounts::Accounts::new(store.db().clone()),
             store,
             book,
             senders: Arc::new(senders),
@@ -236,28 +239,16 @@ impl Reconciler {
             .collect()
     }
 
-    /// Whether a many-account source's own account (`""`) is reconciled too: it is when
-    /// the source has a base URL of its own and accounts are told apart by a header
-    /// only (Stripe Connect: the platform's own objects). A single-account source's
-    /// only account is `""`.
-    pub fn reconciles_own_account(source: &SourceConfig) -> bool {
-        match &source.accounts {
-            None => true,
-            Some(a) => source.api_base.is_some() && a.api_base.is_none() && a.app.is_none(),
-        }
-    }
-
     /// The accounts a run of `source` covers: `""` (see
-    /// [`Reconciler::reconciles_own_account`]), then its enabled registered accounts.
+    /// [`SourceConfig::reconciles_own_account`]), then its enabled registered accounts.
     pub async fn accounts_of(&self, source: &SourceConfig) -> Result<Vec<String>, DbError> {
         let mut out = Vec::new();
-        if Self::reconciles_own_account(source) {
+        if source.reconciles_own_account() {
             out.push(String::new());
         }
         if source.accounts.is_some() {
             out.extend(
-                self.store
-                    .accounts()
+                self.registry
                     .list(Some(&source.name))
                     .await?
                     .into_iter()
@@ -292,8 +283,7 @@ impl Reconciler {
             why,
         };
         let access = self
-            .store
-            .accounts()
+            .registry
             .access(source, account, self.config.accounts_key.as_deref())
             .await
             .map_err(|e| fail(e.to_string()))?

@@ -75,12 +75,6 @@ pub struct Store {
 }
 
 impl Store {
-    /// The accounts registry on the same database (the ingest step asks it whether a
-    /// delivery's account is served).
-    pub fn accounts(&self) -> crate::accounts::Accounts {
-        crate::accounts::Accounts::new(self.db.clone())
-    }
-
     /// The database this store writes (owners of other tables on the same database are
     /// built from it).
     pub fn db(&self) -> &Db {

@@ -1152,6 +1152,7 @@ async fn one_schedule_holds_the_platforms_own_kinds_and_what_fell_due_while_no_p
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
+            .map(crate::helpers::process::Running)
             .unwrap()
     };
     let scheduled = "reconcile_due WHERE source = 'stripe' AND account = '' AND kind = 'customer'";

@@ -478,6 +478,26 @@ async fn every_admin_route_needs_the_token_and_answers_json(b: Backend) {
         2,
         "nothing happened without the token"
     );
+    // The token is checked before anything of the request is read: a query string the
+    // route cannot parse is a 401 without the token, a 400 with it.
+    let (status, answer) = call("GET", "/admin/dead-letters?limit=many", None, false).await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer["error"].is_string(), "{answer}");
+    let (status, _) = call("GET", "/admin/dead-letters?limit=many", None, true).await;
+    assert_eq!(status, 400);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("admin_unauthorized_total"),
+        "wrong tokens are counted"
+    );
     for (method, path, body) in &routes {
         let (status, answer) = call(method, path, body.clone(), true).await;
         assert_eq!(status, 200, "{method} {path}: {answer}");

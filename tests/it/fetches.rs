@@ -482,6 +482,7 @@ async fn fetches_survive_the_process(b: Backend, sig: &str) {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
+            .map(crate::helpers::process::Running)
             .unwrap()
     };
     let client = reqwest::Client::new();

@@ -586,7 +586,7 @@ async fn a_kind_is_as_fresh_as_its_stalest_account_that_runs_now(b: Backend) {
     db.execute(&format!("INSERT INTO reconcile_runs (source, account, kind, mode, status, started_at, finished_at) VALUES ('shop', 'acct_old', 'order', 'full', 'failed', {0}, {0})", ago(5)));
     registry.remove("shop", "acct_gone").await.unwrap();
     let order = || async {
-        let kinds = webhook_reconciler::observability::freshness(&book, &config)
+        let kinds = webhook_reconciler::health::freshness(&book, &config)
             .await
             .unwrap();
         let k = kinds.into_iter().find(|k| k.kind == "order").unwrap();

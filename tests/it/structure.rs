@@ -85,6 +85,102 @@ fn each_tables_sql_is_named_only_by_its_owner() {
     assert!(bad.is_empty(), "SQL outside db:\n{}", bad.join("\n"));
 }
 
+/// The tables each owner keeps (ARCHITECTURE's code map), and the files its SQL is in.
+const OWNERS: &[(&str, &[&str], &[&str])] = &[
+    (
+        "store",
+        &["store/sql"],
+        &[
+            "resources",
+            "processed_events",
+            "dead_letters",
+            "pending_fetches",
+        ],
+    ),
+    (
+        "bookkeeping",
+        &["bookkeeping/sql"],
+        &[
+            "reconcile_runs",
+            "reconcile_leases",
+            "reconcile_checkpoints",
+            "reconcile_state",
+            "reconcile_last_success",
+            "reconcile_paused",
+            "reconcile_due",
+            "prune_runs",
+        ],
+    ),
+    (
+        "feed",
+        &["feed/sql.rs"],
+        &[
+            "change_pending",
+            "changes",
+            "change_seq",
+            "consumer_positions",
+            "consumer_skips",
+        ],
+    ),
+    ("accounts", &["accounts/sql.rs"], &["accounts"]),
+];
+
+/// Each owner's SQL names only its own tables: a statement that reads or writes another
+/// owner's table (`FROM`, `JOIN`, `INTO`, `UPDATE`, `DELETE FROM`, `TABLE`) fails here
+/// with its file and line. Another owner's data is asked of that owner, or a step of its
+/// own runs in the caller's transaction.
+#[test]
+fn each_owners_sql_names_only_its_own_tables() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut bad = Vec::new();
+    for (owner, dirs, _) in OWNERS {
+        let theirs: Vec<&str> = OWNERS
+            .iter()
+            .filter(|(o, _, _)| o != owner)
+            .flat_map(|(_, _, tables)| tables.iter().copied())
+            .collect();
+        let mut files = Vec::new();
+        for d in *dirs {
+            let path = src.join(d);
+            if path.is_dir() {
+                rust_files(&path, &mut files);
+            } else {
+                files.push(path);
+            }
+        }
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("").to_ascii_uppercase();
+                for table in &theirs {
+                    let t = table.to_ascii_uppercase();
+                    let named = ["FROM ", "JOIN ", "INTO ", "UPDATE ", "TABLE "]
+                        .iter()
+                        .any(|kw| {
+                            code.match_indices(&format!("{kw}{t}")).any(|(i, m)| {
+                                let after = code[i + m.len()..].chars().next();
+                                !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                            })
+                        });
+                    if named {
+                        bad.push(format!(
+                            "{}:{}: {owner} names {table}: {}",
+                            file.strip_prefix(&src).unwrap().display(),
+                            n + 1,
+                            line.trim()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "SQL on another owner's table:\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn only_config_reads_the_environment() {
     for needle in ["std::env::var", "env::var_os", "std::env::vars"] {

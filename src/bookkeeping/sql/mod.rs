@@ -544,30 +544,6 @@ pub(crate) fn forget_account(
     Ok(())
 }
 
-/// Seconds since each enabled registered account was added: how long an account that
-/// never succeeded has gone without a run (the accounts table, read for freshness).
-#[derive(Debug, Clone, diesel::QueryableByName)]
-pub struct AccountAge {
-    #[diesel(sql_type = Text)]
-    pub source: String,
-    #[diesel(sql_type = Text)]
-    pub account: String,
-    #[diesel(sql_type = Double)]
-    pub age_seconds: f64,
-}
-
-pub(crate) fn enabled_account_ages(conn: &mut Conn) -> diesel::QueryResult<Vec<AccountAge>> {
-    let b = conn.backend();
-    let q = query(
-        b,
-        &format!(
-            "SELECT source, account, {} AS age_seconds FROM accounts WHERE enabled",
-            age_secs(b, "created_at")
-        ),
-    );
-    on_conn!(conn, c => q.load(c))
-}
-
 /// One reconcile run, for `status`.
 #[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
 pub struct RunRow {

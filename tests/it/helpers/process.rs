@@ -55,3 +55,26 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A child process killed when dropped: a test that fails while it runs leaves no
+/// daemon behind.
+pub struct Running(pub std::process::Child);
+
+impl Running {
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    pub fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.0.wait()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

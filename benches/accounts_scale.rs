@@ -21,7 +21,7 @@
 //!   cargo bench --bench accounts_scale -- --sizes 100,1000 --pace-ms 3
 //!
 //! PostgreSQL server: $WR_TEST_PG (default postgres://postgres@127.0.0.1:5432).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
+#![expect(clippy::unwrap_used, reason = "a benchmark harness, not the daemon")]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};

@@ -7,7 +7,11 @@
 //! - exactly-once checked: every change received, each `webhook-id` once (or counted).
 //!
 //!   cargo bench --bench change_feed -- --backend postgres --events 20000
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness, not the daemon"
+)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

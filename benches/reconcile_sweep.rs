@@ -31,7 +31,11 @@
 //! `--statements`: on a server that preloads `pg_stat_statements`, print the statements
 //! that took PostgreSQL's time during the drift run (and the dead rows the tables carried
 //! into it), to see where a size's time goes.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness, not the daemon"
+)]
 
 #[path = "node/install.rs"]
 mod node_install;
@@ -370,7 +374,7 @@ fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64
 /// items/s.
 fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
     #[derive(diesel::QueryableByName)]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "read by diesel, never by us")]
     struct Row {
         #[diesel(sql_type = Text)]
         id: String,

@@ -27,7 +27,11 @@
 //! --pgbench-seconds S (default 15), --synchronous full|normal|both (SQLite's durability,
 //! default full as in the product; `both` measures what FULL costs). PostgreSQL server: $WR_TEST_PG
 //! (default postgres://postgres@127.0.0.1:5432).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness, not the daemon"
+)]
 
 #[path = "node/install.rs"]
 mod node_install;

@@ -34,7 +34,11 @@
 //! WR_SOAK_PG_START (shell commands; scripts/soak.sh sets them for its throwaway
 //! cluster) the database fault is a real stop and start of the server, else the soak's
 //! database refuses and cuts its connections.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark harness, not the daemon
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark harness, not the daemon"
+)]
 
 mod faults;
 mod load;
@@ -393,7 +397,10 @@ state = "/data"
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one report line of every measure"
+)]
 fn report(
     o: &Options,
     url: &str,

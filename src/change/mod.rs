@@ -373,7 +373,6 @@ pub fn read_version(
                 return Err(invalid(format!("{secs} is out of range for unix seconds")));
             }
             // In range by the check above.
-            #[allow(clippy::cast_possible_truncation)]
             Ok(micros as i64)
         }
     }

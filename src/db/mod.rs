@@ -217,7 +217,7 @@ impl DbError {
 
 /// A pooled connection that remembers whether it is broken. After a failed statement
 /// the connection is kept only if it shows that it is usable and outside any
-/// transaction (see [`recover`]); otherwise it is retired and the next checkout opens a
+/// transaction (see `recover`); otherwise it is retired and the next checkout opens a
 /// new one (PostgreSQL restarted, socket cut...).
 pub struct PoolConn {
     conn: Conn,

@@ -1,7 +1,7 @@
 //! One schedule for every (source, account, kind), kept in the database
 //! (`bookkeeping`'s `reconcile_due`; a single-account source's kinds are account `""`).
 //!
-//! Each kind has one claim loop per process ([`KindLoop`]) that claims its due
+//! Each kind has one claim loop per process (`KindLoop`) that claims its due
 //! account-kinds — most overdue first, each moved to the kind's next tick as it is
 //! claimed, other replicas' claims skipped, none while the kind is paused — and runs
 //! them, at most `accounts.concurrency` of a many-account source at once in this

@@ -321,7 +321,10 @@ impl Reconciler {
     /// A page of resources, read into changes by the reader stage: unreadable items
     /// reported and skipped (one bad item must not wedge the kind), the rest compared
     /// and the drift written with the page's bookkeeping.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a page's parts, each borrowed from the run for the page's time"
+    )]
     async fn resources_page(
         &self,
         run: &mut Run<'_>,

@@ -2,8 +2,11 @@
 //! a fresh PostgreSQL database or a fresh SQLite file. PostgreSQL tests fail loudly when
 //! the server is unreachable; they never skip.
 
-// Test code may unwrap: a panic here is a failed test, not an outage.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code may unwrap: a panic here is a failed test, not an outage"
+)]
 
 mod helpers;
 

@@ -54,7 +54,7 @@ pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::Query
     Ok(r.id)
 }
 
-/// A run's count columns, in the order [`bind_counts!`] binds them.
+/// A run's count columns, in the order `bind_counts!` binds them.
 const COUNT_COLUMNS: [&str; 10] = [
     "pages",
     "scanned",
@@ -69,7 +69,7 @@ const COUNT_COLUMNS: [&str; 10] = [
 ];
 
 /// `pages = $first, scanned = $first+1, ..`: [`COUNT_COLUMNS`] set from consecutive
-/// parameters, bound by [`bind_counts!`] after the statement's others.
+/// parameters, bound by `bind_counts!` after the statement's others.
 fn set_counts(first: usize) -> String {
     COUNT_COLUMNS
         .iter()
@@ -230,7 +230,10 @@ pub(crate) fn take_over_lease(
 /// for the previous page's commit): the checkpoint and the counts are written only if
 /// the lease was still ours. Returns whether it was. The lease row is locked first, as
 /// [`renew_lease`] then [`set_checkpoint`] and [`update_run`] lock them.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one statement's parameters: the lease, the page's position and the run's counts"
+)]
 pub(crate) fn renew_lease_and_record_page(
     c: &mut diesel::PgConnection,
     key: &Key,

@@ -51,7 +51,7 @@ pub(crate) fn upsert_sql(backend: Backend, rows: usize, guard: Guard, returning:
 }
 
 /// The tie rule in SQL — the one SQL definition of [`Guard`], mirrored in Rust by
-/// [`crate::store::guard::Relation`]; `tests/it/tie_rule.rs` runs one truth table
+/// [`crate::change::tie::Relation`]; `tests/it/tie_rule.rs` runs one truth table
 /// through both, on both backends.
 ///
 /// The WHERE of `ON CONFLICT .. DO UPDATE`: strictly newer always; with

@@ -68,12 +68,7 @@ pub async fn freshness(book: &Bookkeeping, config: &Config) -> Result<Vec<KindFr
                 Some(Schedule::Every(d)) => Some(*d * 3),
                 _ => None,
             });
-        for kind in source
-            .kinds
-            .iter()
-            .chain(source.catchup.as_ref().map(|c| &c.listing))
-            .filter(|k| k.list.is_some())
-        {
+        for kind in source.reconciled_kinds() {
             let stale_after = if kind.listing == crate::config::Listing::Events {
                 match source.schedule_of(kind) {
                     Some(Schedule::Every(d)) => Some(*d * 3),

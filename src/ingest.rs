@@ -109,9 +109,22 @@ impl Ingest {
         &self.source
     }
 
-    /// Applies one authentic event: mapping, claim, guarded write; an event that
-    /// cannot be read or stored is kept as a dead letter. `body` is what is kept;
-    /// `body_digest`, when the sender signs only the body, is claimed with the id.
+    /// Applies one authentic delivery (a webhook, or a dead letter retried): as
+    /// [`Self::event`], and for senders that sign the body but not the delivery id
+    /// header (GitHub, Shopify) the claim covers the body's SHA-256 too, so a captured
+    /// body replayed under fresh ids is a duplicate.
+    pub async fn delivery(&self, env: Envelope, body: &[u8]) -> Result<Ingested, Refusal> {
+        let digest = matches!(self.scheme, Scheme::Github | Scheme::Shopify).then(|| {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(body))
+        });
+        self.event(env, body, digest).await
+    }
+
+    /// Applies one authentic event: mapping, claim, guarded write (and what it leaves
+    /// to fetch, in the claim's transaction); an event that cannot be read or stored is
+    /// kept as a dead letter. `body` is what is kept; `body_digest`, when the sender
+    /// signs only the body, is claimed with the id. A listed event (catch-up) has none.
     pub async fn event(
         &self,
         env: Envelope,

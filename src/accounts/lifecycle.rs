@@ -119,14 +119,7 @@ impl Lifecycle {
     fn kinds(&self, source: &str) -> Vec<String> {
         self.config
             .source(source)
-            .map(|s| {
-                s.kinds
-                    .iter()
-                    .filter(|k| k.list.is_some())
-                    .map(|k| k.name.clone())
-                    .chain(s.catchup.as_ref().map(|c| c.listing.name.clone()))
-                    .collect()
-            })
+            .map(|s| s.reconciled_kinds().map(|k| k.name.clone()).collect())
             .unwrap_or_default()
     }
 

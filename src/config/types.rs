@@ -530,6 +530,18 @@ pub struct GithubApp {
 }
 
 impl SourceConfig {
+    /// Its kinds and its catch-up listing (a kind named `config::CATCHUP_KIND`).
+    pub fn kinds_and_catchup(&self) -> impl Iterator<Item = &KindConfig> {
+        self.kinds
+            .iter()
+            .chain(self.catchup.as_ref().map(|c| &c.listing))
+    }
+
+    /// The kinds a reconcile runs: those with a listing, and the catch-up.
+    pub fn reconciled_kinds(&self) -> impl Iterator<Item = &KindConfig> {
+        self.kinds_and_catchup().filter(|k| k.list.is_some())
+    }
+
     /// Whether the source's own account (`""`) is reconciled: always for a
     /// single-account source; for a many-account one when it has a base URL of its own
     /// and tells accounts apart by a header only (Stripe Connect: the platform's own

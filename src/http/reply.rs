@@ -8,6 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::ingest::Refusal;
 use crate::store::Outcome;
 use crate::webhook::Rejection;
 
@@ -147,8 +148,8 @@ pub fn delivery(
         Ok((outcome, _)) => outcome.as_str(),
         Err(Rejection::Unauthorized(_)) => "unauthorized",
         Err(Rejection::BadRequest(_)) => "bad_request",
-        Err(Rejection::Unprocessable { .. }) => "unprocessable",
-        Err(Rejection::Unavailable(_)) => "unavailable",
+        Err(Rejection::Refused(Refusal::Unprocessable { .. })) => "unprocessable",
+        Err(Rejection::Refused(Refusal::Unavailable(_))) => "unavailable",
     };
     count(source, label, Some(took));
     match result {
@@ -178,11 +179,13 @@ pub fn delivery(
             }
             error_reply(StatusCode::BAD_REQUEST, e.to_string())
         }
-        Err(e @ Rejection::Unprocessable { .. }) => {
-            tracing::warn!(source, error = %e, "delivery dead-lettered: mapped field missing or of the wrong type");
+        Err(Rejection::Refused(e @ Refusal::Unprocessable { .. })) => {
+            if let Some(not_logged) = log_rejection(source, "unprocessable") {
+                tracing::warn!(source, error = %e, not_logged, "delivery dead-lettered: mapped field missing or of the wrong type (later ones within a second are counted, not logged)");
+            }
             error_reply(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
         }
-        Err(Rejection::Unavailable(e)) => {
+        Err(Rejection::Refused(Refusal::Unavailable(e))) => {
             tracing::error!(source, error = %e, "delivery not applied: database unavailable; the sender will retry");
             unavailable("database unavailable; retry later")
         }

@@ -121,12 +121,7 @@ impl Operations {
 
     /// The kinds a source reconciles: its kinds and its catch-up listing.
     fn kinds_of(source: &crate::config::SourceConfig) -> Vec<String> {
-        source
-            .kinds
-            .iter()
-            .map(|k| k.name.clone())
-            .chain(source.catchup.as_ref().map(|c| c.listing.name.clone()))
-            .collect()
+        source.kinds_and_catchup().map(|k| k.name.clone()).collect()
     }
 
     fn check_kind(&self, source: &str, kind: &str) -> Result<(), OpError> {

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::progress::ProgressGuard;
-use super::sweep::Run;
+use super::run::Run;
 use super::{Reconciler, RunError};
 use crate::bookkeeping::RunId;
 use crate::change::Outcome;

@@ -5,7 +5,7 @@ use std::hash::BuildHasher;
 
 use tokio_util::task::AbortOnDropHandle;
 
-use super::sweep::{DRY_RUN_EXAMPLES, Run};
+use super::run::{DRY_RUN_EXAMPLES, Run};
 use super::{Reconciler, RunError};
 use crate::change::Key;
 use crate::db::DbTime;

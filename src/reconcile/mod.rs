@@ -23,6 +23,7 @@ pub mod fetches;
 mod plan;
 mod progress;
 mod resolve;
+mod run;
 pub mod schedule;
 mod stages;
 mod sweep;
@@ -228,14 +229,8 @@ impl Reconciler {
             .sources
             .iter()
             .filter(|s| source.is_none_or(|n| n == s.name))
-            .flat_map(|s| {
-                s.kinds
-                    .iter()
-                    .chain(s.catchup.as_ref().map(|c| &c.listing))
-                    .map(move |k| (s, k))
-            })
+            .flat_map(|s| s.reconciled_kinds().map(move |k| (s, k)))
             .filter(|(_, k)| kind.is_none_or(|n| n == k.name))
-            .filter(|(_, k)| k.list.is_some())
             .collect()
     }
 
@@ -346,7 +341,7 @@ impl Reconciler {
                 stages: StageSeconds::default(),
                 due_recorded: false,
             };
-            let run = sweep::Run {
+            let run = run::Run {
                 source,
                 account,
                 kind,

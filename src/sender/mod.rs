@@ -1,12 +1,15 @@
-//! The sender's API, as the reconcile path uses it: list pages of a kind, fetch one
-//! resource. Only this module knows reqwest.
+//! The sender's API: list pages of a kind (the reconcile flow), fetch one resource (the
+//! pending fetches). Only this module knows reqwest.
 //!
-//! Every request waits for the source's rate budget (`requests_per_second`, shared by
-//! all kinds of the source), has a timeout, and is retried with exponential backoff and
+//! Every request waits for its rate budget (`requests_per_second`: one budget per
+//! source, shared by all its kinds, its catch-up and its fetches; per account for a
+//! many-account source, [`Sender::for_account`]), has a timeout, and is retried with exponential backoff and
 //! jitter on timeouts, connection errors, 429 and 5xx — honouring `Retry-After` — up to
 //! `reconcile.max_attempts`. Errors name the URL and the reason; the token never
 //! appears in them.
 
+mod accounts;
+use accounts::{AccountScope, AccountsAccess, accounts_access};
 pub mod budget;
 mod date;
 mod error;
@@ -77,28 +80,6 @@ pub struct Sender {
     accounts: Option<Arc<AccountsAccess>>,
     /// The account this client's requests are for (`None`: the source's own).
     account: Option<AccountScope>,
-}
-
-/// How a many-account source's requests reach each account.
-struct AccountsAccess {
-    /// The header naming the account on every request (Stripe's `Stripe-Account`).
-    header: Option<reqwest::header::HeaderName>,
-    /// A base URL per account, `{account}` in it.
-    api_base: Option<String>,
-    /// A GitHub App: installation tokens.
-    app: Option<Arc<github_app::AppTokens>>,
-    requests_per_second: f64,
-    /// One budget per account: one account's spent quota never slows another.
-    budgets: std::sync::Mutex<std::collections::HashMap<String, Arc<budget::Budget>>>,
-}
-
-/// The account of a client made by [`Sender::for_account`].
-#[derive(Clone)]
-struct AccountScope {
-    id: String,
-    header: Option<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
-    /// Mint the request's token for this installation.
-    app: Option<Arc<github_app::AppTokens>>,
 }
 
 /// The origins the source's own URLs are on (`api_base`, absolute `list` / `get`).
@@ -174,71 +155,6 @@ impl Sender {
                 .map(Arc::new),
             account: None,
         })
-    }
-
-    /// This source's client for `account`: requests name it in the source's account
-    /// header, go to its own base URL (`api_base`, else the source's per-account
-    /// template, else the source's), carry its own credential (`token`, else a GitHub
-    /// App installation token, else the source's), and spend its own budget.
-    pub fn for_account(
-        &self,
-        account: &str,
-        api_base: Option<String>,
-        token: Option<SecretString>,
-    ) -> Result<Sender, SenderError> {
-        let Some(access) = &self.accounts else {
-            return Ok(self.clone());
-        };
-        let mut scoped = self.clone();
-        let base = api_base.or_else(|| {
-            access
-                .api_base
-                .as_ref()
-                .map(|t| t.replace("{account}", account))
-        });
-        if let Some(base) = base {
-            let origin = origin_of(&base).ok_or_else(|| {
-                SenderError::BadUrl(format!(
-                    "account {account:?}: api_base {base:?} is not an http(s) URL"
-                ))
-            })?;
-            let mut origins = (*self.origins).clone();
-            if !origins.contains(&origin) {
-                origins.push(origin);
-            }
-            scoped.origins = Arc::new(origins);
-            scoped.api_base = Some(base);
-        }
-        let header = match &access.header {
-            Some(h) => {
-                let v = reqwest::header::HeaderValue::from_str(account).map_err(|_| {
-                    SenderError::BadUrl(format!("account {account:?} cannot be sent in header {h}"))
-                })?;
-                Some((h.clone(), v))
-            }
-            None => None,
-        };
-        let app = if token.is_none() {
-            access.app.clone()
-        } else {
-            None
-        };
-        if let Some(t) = token {
-            scoped.token = Some(t);
-        }
-        scoped.budget = {
-            let mut budgets = access.budgets.lock().unwrap_or_else(|e| e.into_inner());
-            budgets
-                .entry(account.to_string())
-                .or_insert_with(|| Arc::new(budget::Budget::new(access.requests_per_second)))
-                .clone()
-        };
-        scoped.account = Some(AccountScope {
-            id: account.to_string(),
-            header,
-            app,
-        });
-        Ok(scoped)
     }
 
     /// Refuses a URL of `kind` that leads off the sender's origins: a next link, a
@@ -591,43 +507,6 @@ impl Sender {
             body.extend_from_slice(&chunk);
         }
     }
-}
-
-/// How `source`'s requests reach each of its accounts.
-fn accounts_access(
-    source: &SourceConfig,
-    a: &crate::config::AccountsConfig,
-) -> anyhow::Result<AccountsAccess> {
-    let app = match &a.app {
-        Some(app) => {
-            // The exchange is on the API's origin (`https://api.github.com`), whatever
-            // path the source's base URL has.
-            let base = source
-                .api_base
-                .as_deref()
-                .and_then(|b| url::Url::parse(b).ok())
-                .map(|u| u.origin().ascii_serialization())
-                .unwrap_or_else(|| "https://api.github.com".into());
-            Some(Arc::new(github_app::AppTokens::new(
-                &app.app_id,
-                &app.key,
-                &base,
-                source.reconcile.timeout,
-            )?))
-        }
-        None => None,
-    };
-    Ok(AccountsAccess {
-        header: a
-            .header
-            .as_deref()
-            .map(|h| reqwest::header::HeaderName::from_bytes(h.as_bytes()))
-            .transpose()?,
-        api_base: a.api_base.clone(),
-        app,
-        requests_per_second: source.requests_per_second,
-        budgets: std::sync::Mutex::new(std::collections::HashMap::new()),
-    })
 }
 
 /// Most redirects followed for one request.

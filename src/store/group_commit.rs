@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use super::{Delivery, Outcome, apply_deliveries};
+use super::write::apply_deliveries;
+use super::{Delivery, Outcome};
 use crate::change::ResourceKey;
 use crate::db::{Db, DbError};
 use crate::feed::outbox::Outbox;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use crate::config::{Scheme, SourceConfig};
-use crate::db::DbError;
 use crate::ingest::{Ingest, Refusal};
 use crate::store::{Outcome, Store};
 use envelope::{EnvelopeError, HeaderIds};
@@ -32,33 +31,11 @@ pub enum Rejection {
     /// 400: not an envelope; nothing written.
     #[error(transparent)]
     BadRequest(#[from] EnvelopeError),
-    /// 422: authentic, but the mapped pointers cannot be read; kept in `dead_letters`.
-    #[error("event {event_id} ({event_type}): {reason}; kept in dead_letters")]
-    Unprocessable {
-        event_id: String,
-        event_type: String,
-        reason: String,
-    },
-    /// 503: the database cannot take it now; the sender's retry will succeed later.
+    /// 422 (kept in `dead_letters`) or 503 (the database cannot take it now): the ingest
+    /// step's refusal, the same for a delivery, a caught-up event and a retried dead
+    /// letter.
     #[error(transparent)]
-    Unavailable(#[from] DbError),
-}
-
-impl From<Refusal> for Rejection {
-    fn from(r: Refusal) -> Self {
-        match r {
-            Refusal::Unprocessable {
-                event_id,
-                event_type,
-                reason,
-            } => Rejection::Unprocessable {
-                event_id,
-                event_type,
-                reason,
-            },
-            Refusal::Unavailable(e) => Rejection::Unavailable(e),
-        }
-    }
+    Refused(#[from] Refusal),
 }
 
 /// Receives the deliveries of one configured source.
@@ -162,16 +139,10 @@ impl Receiver {
         self.ingest(env, dead.body.as_bytes()).await
     }
 
-    /// Ingest. A conflict to settle, or a state to fetch, is recorded by the ingest
-    /// step in the claim's transaction (`pending_fetches`): nothing is left in memory.
+    /// Ingest (see `ingest::Ingest::delivery`: the body's digest, the fetch a 200
+    /// leaves, all there).
     async fn ingest(&self, env: envelope::Envelope, body: &[u8]) -> Result<Outcome, Refusal> {
-        // GitHub and Shopify sign the body, not the delivery id header: the claim covers
-        // the body too, so a captured body replayed under fresh ids is a duplicate.
-        let digest = matches!(self.scheme, Scheme::Github | Scheme::Shopify).then(|| {
-            use sha2::Digest;
-            hex::encode(sha2::Sha256::digest(body))
-        });
-        let (outcome, _) = self.ingest.event(env, body, digest).await?;
+        let (outcome, _) = self.ingest.delivery(env, body).await?;
         Ok(outcome)
     }
 }

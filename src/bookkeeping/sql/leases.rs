@@ -1,0 +1,176 @@
+//! `reconcile_leases`: who runs a (source, account, kind) now, and the fence a page's
+//! write checks.
+
+use super::*;
+
+#[derive(diesel::QueryableByName)]
+struct LeaseRow {
+    #[diesel(sql_type = Text)]
+    holder: String,
+    #[diesel(sql_type = Text)]
+    expires_at: String,
+}
+
+/// Takes the lease of a (source, kind) for `ttl_secs`, if it is free, expired, or ours.
+/// Returns the holder after the call (`holder` when taken) and when its lease expires.
+pub(crate) fn acquire_lease(
+    conn: &mut Conn,
+    key: &Key,
+    holder: &str,
+    ttl_secs: f64,
+) -> diesel::QueryResult<(String, DbTime)> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "INSERT INTO reconcile_leases (source, kind, holder, expires_at, account) VALUES ($1, $2, $3, {}, $5) \
+             ON CONFLICT (source, account, kind) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+             WHERE reconcile_leases.expires_at < {} OR reconcile_leases.holder = excluded.holder",
+            plus_seconds(b, 4),
+            now(b)
+        ),
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(holder)
+        .bind::<Double, _>(ttl_secs)
+        .bind::<Text, _>(key.account.as_str())
+        .execute(c))?;
+    current_lease(conn, key)?.ok_or(diesel::result::Error::NotFound)
+}
+
+/// Who holds the lease of a (source, kind), and until when.
+pub(crate) fn current_lease(
+    conn: &mut Conn,
+    key: &Key,
+) -> diesel::QueryResult<Option<(String, DbTime)>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT holder, {} AS expires_at FROM reconcile_leases WHERE source = $1 AND kind = $2 AND account = $3",
+            ts_text(b, "expires_at")
+        ),
+    );
+    let mut rows: Vec<LeaseRow> = on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(key.account.as_str())
+        .load(c))?;
+    rows.pop()
+        .map(|r| Ok((r.holder, DbTime::parse(&r.expires_at)?)))
+        .transpose()
+}
+
+/// Gives `dead`'s lease to `holder` for `ttl_secs` (compare and swap on the holder;
+/// `dead == holder` renews); false when the lease has meanwhile moved on.
+pub(crate) fn take_over_lease(
+    conn: &mut Conn,
+    key: &Key,
+    dead: &str,
+    holder: &str,
+    ttl_secs: f64,
+) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE reconcile_leases SET holder = $4, expires_at = {} WHERE source = $1 AND kind = $2 AND holder = $3 AND account = $6",
+            plus_seconds(b, 5)
+        ),
+    );
+    // Prepared: a renewal fences every reconcile page.
+    let n = on_conn!(conn, c => prepared(q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(dead)
+        .bind::<Text, _>(holder)
+        .bind::<Double, _>(ttl_secs)
+        .bind::<Text, _>(key.account.as_str()))
+        .execute(c))?;
+    Ok(n == 1)
+}
+
+/// On PostgreSQL, a page's lease renewal, checkpoint and run counts in one statement
+/// (one round trip where three followed each other on every page, the first waiting
+/// for the previous page's commit): the checkpoint and the counts are written only if
+/// the lease was still ours. Returns whether it was. The lease row is locked first, as
+/// [`renew_lease`] then [`set_checkpoint`] and [`update_run`] lock them.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one statement's parameters: the lease, the page's position and the run's counts"
+)]
+pub(crate) fn renew_lease_and_record_page(
+    c: &mut diesel::PgConnection,
+    key: &Key,
+    holder: &str,
+    ttl_secs: f64,
+    position: &str,
+    sweep_started_at: DbTime,
+    run: i64,
+    counts: &RunCounts,
+) -> diesel::QueryResult<bool> {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let b = crate::config::Backend::Postgres;
+    let q = query(
+        b,
+        &format!(
+            "WITH lease AS (UPDATE reconcile_leases SET expires_at = {} \
+             WHERE source = $1 AND kind = $2 AND holder = $4 AND account = $3 RETURNING 1), \
+             checkpoint AS (INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at, account) \
+             SELECT $1, $2, $6, {}, $3 FROM lease \
+             ON CONFLICT (source, account, kind) DO UPDATE SET position = excluded.position, \
+             sweep_started_at = excluded.sweep_started_at, updated_at = now()), \
+             run AS (UPDATE reconcile_runs SET status = '{}', finished_at = NULL, error = NULL, {} \
+             WHERE id = $8 AND EXISTS (SELECT 1 FROM lease)) \
+             SELECT COUNT(*) AS n FROM lease",
+            plus_seconds(b, 5),
+            ts_param(b, 7),
+            RunState::Running.as_str(),
+            set_counts(9)
+        ),
+    );
+    // Prepared: every reconcile page runs it.
+    let renewed: Count = prepared(bind_counts!(
+        q.bind::<Text, _>(key.source.as_str())
+            .bind::<Text, _>(key.kind.as_str())
+            .bind::<Text, _>(key.account.as_str())
+            .bind::<Text, _>(holder)
+            .bind::<Double, _>(ttl_secs)
+            .bind::<Text, _>(position)
+            .bind::<Text, _>(sweep_started_at.to_db(b))
+            .bind::<BigInt, _>(run),
+        counts
+    ))
+    .get_result(c)?;
+    Ok(renewed.n == 1)
+}
+
+/// Extends our lease; false when it is no longer ours (it expired and was taken).
+pub(crate) fn renew_lease(
+    conn: &mut Conn,
+    key: &Key,
+    holder: &str,
+    ttl_secs: f64,
+) -> diesel::QueryResult<bool> {
+    take_over_lease(conn, key, holder, holder, ttl_secs)
+}
+
+pub(crate) fn release_lease(conn: &mut Conn, key: &Key, holder: &str) -> diesel::QueryResult<()> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM reconcile_leases WHERE source = $1 AND kind = $2 AND holder = $3 AND account = $4",
+    );
+    on_conn!(conn, c => q
+        .bind::<Text, _>(key.source.as_str())
+        .bind::<Text, _>(key.kind.as_str())
+        .bind::<Text, _>(holder)
+        .bind::<Text, _>(key.account.as_str())
+        .execute(c))?;
+    Ok(())
+}

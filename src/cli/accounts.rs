@@ -1,0 +1,137 @@
+//! `accounts`: the registry of many-account sources, through the same
+//! [`Lifecycle`](crate::accounts::lifecycle::Lifecycle) as the admin API.
+
+use std::process::ExitCode;
+
+use super::{AccountsAction, EXIT_CONFIG, EXIT_FAILED, open_migrated};
+use crate::config::Config;
+
+/// `accounts`: the registry of many-account sources.
+pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow::Result<ExitCode> {
+    use crate::accounts::lifecycle::{Lifecycle, LifecycleError};
+    let code = |e: &LifecycleError| match e {
+        LifecycleError::NotRegistered { .. } => ExitCode::from(EXIT_FAILED),
+        e if e.caller_error() => ExitCode::from(EXIT_CONFIG),
+        _ => ExitCode::from(EXIT_FAILED),
+    };
+    // Mistakes of the command are told before the database is opened.
+    let (source, account) = match &action {
+        AccountsAction::Add {
+            source, account, ..
+        }
+        | AccountsAction::Disable { source, account }
+        | AccountsAction::Enable { source, account }
+        | AccountsAction::Remove {
+            source, account, ..
+        } => (Some(source.as_str()), Some(account.as_str())),
+        AccountsAction::List { source, .. } => (source.as_deref(), None),
+    };
+    if let Some(source) = source {
+        let problem = match config.source(source) {
+            None => Some(LifecycleError::UnknownSource(source.into())),
+            Some(s) if s.accounts.is_none() => Some(LifecycleError::SingleAccount(source.into())),
+            Some(_) => account.and_then(|a| {
+                crate::change::limits::check_id(a)
+                    .err()
+                    .map(|why| LifecycleError::BadAccount {
+                        account: a.into(),
+                        why: why.to_string(),
+                    })
+            }),
+        };
+        if let Some(e) = problem {
+            eprintln!("error: {e}");
+            return Ok(code(&e));
+        }
+    }
+    let credential = match &action {
+        AccountsAction::Add {
+            token_file,
+            token_env,
+            ..
+        } => match crate::config::secret_from_file_or_env(
+            token_file.as_deref(),
+            token_env.as_deref(),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: the account's credential: {e}");
+                return Ok(ExitCode::from(EXIT_CONFIG));
+            }
+        },
+        _ => None,
+    };
+    let db = open_migrated(config).await?;
+    let life = Lifecycle::new(
+        std::sync::Arc::new(config.clone()),
+        crate::store::Store::new(db),
+    );
+    let done = match action {
+        AccountsAction::Add {
+            source,
+            account,
+            api_base,
+            ..
+        } => life
+            .add(&source, &account, api_base, credential)
+            .await
+            .map(|()| {
+                format!("{source}: account {account} added; its deliveries are applied, and its first sync starts within seconds under `serve`")
+            }),
+        AccountsAction::List { source, json } => {
+            let rows = match life.list(source.as_deref()).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(code(&e));
+                }
+            };
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else {
+                for r in &rows {
+                    println!(
+                        "{}\t{}\t{}\t{}\t{}\t{}",
+                        r.source,
+                        r.account,
+                        if r.enabled { "enabled" } else { "disabled" },
+                        r.api_base.as_deref().unwrap_or("-"),
+                        if r.has_credential { "own-credential" } else { "source-credential" },
+                        r.created_at
+                    );
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        AccountsAction::Disable { source, account } => life
+            .set_enabled(&source, &account, false)
+            .await
+            .map(|()| format!("{source}: account {account} disabled; its deliveries are answered \"ignored\" and it is not reconciled")),
+        AccountsAction::Enable { source, account } => life
+            .set_enabled(&source, &account, true)
+            .await
+            .map(|()| format!("{source}: account {account} enabled; a sync starts within seconds under `serve`")),
+        AccountsAction::Remove {
+            source,
+            account,
+            purge,
+        } => life.remove(&source, &account, purge).await.map(|r| {
+            let done = if r.purged {
+                format!("{} rows deleted", r.rows)
+            } else {
+                format!("{} rows tombstoned (each a change in the feed)", r.rows)
+            };
+            format!("{source}: account {account} removed; {done}")
+        }),
+    };
+    Ok(match done {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            code(&e)
+        }
+    })
+}

@@ -1,0 +1,256 @@
+//! What the command line accepts (clap's derive): the commands, their arguments and
+//! their help. What each does is in `cli`'s dispatch and its modules.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::operate;
+use crate::config::CONFIG_ENV;
+
+/// The version `--version` prints: the crate's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WR_GIT_COMMIT"),
+    ")"
+);
+
+/// Keeps a local database exactly in step with the resources a webhook sender owns.
+#[derive(Debug, Parser)]
+#[command(name = "webhook-reconciler", version = VERSION, about)]
+pub struct Cli {
+    /// Configuration file (TOML). Without it, built-in defaults; environment variables
+    /// WEBHOOK_RECONCILER__SECTION__KEY override either.
+    #[arg(long, global = true, env = CONFIG_ENV, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the webhook receiver, the reconcile schedule and retention, with /healthz,
+    /// /readyz and /metrics.
+    Serve,
+    /// Apply the embedded database migrations and exit.
+    Migrate,
+    /// Validate the configuration (and that every secret resolves) without side effects.
+    CheckConfig,
+    /// Print the effective configuration as TOML: presets applied, environment
+    /// overrides merged, secrets redacted. Keys not shown take their defaults.
+    Config,
+    /// Delete processed event ids, old reconcile runs and dead letters past retention.
+    Prune,
+    /// Recent reconcile runs, drift, age of the last success, dead letters, last prune.
+    Status {
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The zero-setup showcase: a simulated sender with real faults, the daemon on an
+    /// embedded SQLite file, a reconcile, and a report. Exits 0 only if the local state
+    /// ends equal to the sender's.
+    Demo(DemoArgs),
+    /// Print the change feed as JSON lines, oldest first.
+    Changes {
+        /// Only changes with a seq above this one.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// At most this many (without --follow).
+        #[arg(long)]
+        limit: Option<i64>,
+        /// Keep printing new changes as they are committed (until Ctrl-C).
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Reconcile now, once: page through the senders' listings and repair what differs.
+    /// `reconcile pause|resume SOURCE [KIND]` stops or restarts a kind's reconciling on
+    /// every replica.
+    #[command(args_conflicts_with_subcommands = true)]
+    Reconcile {
+        #[command(subcommand)]
+        action: Option<operate::PauseAction>,
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// Only this account of a many-account source (default: each enabled one).
+        #[arg(long, requires = "source")]
+        account: Option<String>,
+        /// Only this kind.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Write nothing; report what would change (and what deletion detection
+        /// would tombstone) and the first ids.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Wait for a kind another process is reconciling, instead of skipping it.
+        #[arg(long)]
+        wait: bool,
+        /// Let deletion detection tombstone more than the kind's max_delete_fraction
+        /// (check the ids first with --dry-run).
+        #[arg(long)]
+        allow_mass_delete: bool,
+    },
+    /// Authentic deliveries that could not be applied (a mapping pointing at the wrong
+    /// field, data the database refused): list them, retry them after the fix, discard
+    /// them.
+    DeadLetters {
+        #[command(subcommand)]
+        action: operate::DeadLettersAction,
+    },
+    /// One resource's story: its row, every event claimed for it (id, type, outcome,
+    /// time), its changes (seq, version, origin) and the reconcile runs that wrote it.
+    Explain {
+        source: String,
+        kind: String,
+        id: String,
+        /// The account of a many-account source.
+        #[arg(long)]
+        account: Option<String>,
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The change feed's consumers: list them, rewind one (changes after a seq are
+    /// pushed again, with the same ids), pause or resume one.
+    Consumers {
+        #[command(subcommand)]
+        action: operate::ConsumersAction,
+    },
+    /// The accounts of a many-account source ([sources.NAME.accounts]): a delivery is
+    /// applied to the account its signed body names only when it is registered here.
+    Accounts {
+        #[command(subcommand)]
+        action: AccountsAction,
+    },
+    /// Make secrets: `secret new` prints a fresh Standard Webhooks key (whsec_ + 32
+    /// random bytes in base64), for a consumer's `secret`; `--raw` without whsec_, for
+    /// accounts.key.
+    Secret {
+        #[command(subcommand)]
+        action: SecretAction,
+    },
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, or write one page per command into a directory.
+    Man {
+        /// Write webhook-reconciler.1 and one page per subcommand here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountsAction {
+    /// Register an account (enabled; one registered before is enabled again); its first
+    /// full sync starts within seconds under `serve`.
+    Add {
+        source: String,
+        account: String,
+        /// The account's own API credential, read from this file (kept encrypted
+        /// with accounts.key, never printed).
+        #[arg(long, conflicts_with = "token_env")]
+        token_file: Option<String>,
+        /// The account's own API credential, read from this environment variable.
+        #[arg(long)]
+        token_env: Option<String>,
+        /// The account's own API base URL (a Shopify shop's), instead of the source's.
+        #[arg(long)]
+        api_base: Option<String>,
+    },
+    /// The registered accounts, of one source or all.
+    List {
+        source: Option<String>,
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop applying the account's deliveries (answered `ignored`); its rows stay.
+    Disable { source: String, account: String },
+    /// Apply the account's deliveries again.
+    Enable { source: String, account: String },
+    /// Unregister the account and tombstone its rows (each a change in the feed).
+    Remove {
+        source: String,
+        account: String,
+        /// Delete its rows instead of tombstoning them (no change is recorded).
+        #[arg(long)]
+        purge: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SecretAction {
+    /// Print a new whsec_ key on stdout (nothing else is written).
+    New {
+        /// 32 random bytes in plain base64, without whsec_ (for accounts.key).
+        #[arg(long)]
+        raw: bool,
+    },
+}
+
+/// `demo` flags.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Orders the sender owns (each goes through up to 6 statuses).
+    #[arg(long, default_value_t = 2000)]
+    pub orders: usize,
+    /// Refunds the sender owns (insert-once).
+    #[arg(long, default_value_t = 500)]
+    pub refunds: usize,
+    /// Seed of the scenario and of the faults.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Share of events never delivered.
+    #[arg(long, default_value_t = 0.05)]
+    pub loss: f64,
+    /// Share of events delivered again later.
+    #[arg(long, default_value_t = 0.10)]
+    pub duplicate: f64,
+    /// Share of events delivered twice at the same moment.
+    #[arg(long, default_value_t = 0.05)]
+    pub concurrent_duplicate: f64,
+    /// Share of deliveries swapped with an earlier one.
+    #[arg(long, default_value_t = 0.20)]
+    pub reorder: f64,
+    /// Share of deliveries whose acknowledgement comes after the sender's timeout.
+    #[arg(long, default_value_t = 0.03)]
+    pub slow_ack: f64,
+    /// Share of order updates that reuse the previous version (same-second timestamps).
+    #[arg(long, default_value_t = 0.02)]
+    pub same_second: f64,
+    /// Concurrent deliveries.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Database URL (default: a SQLite file in a temporary directory).
+    #[arg(long)]
+    pub database: Option<String>,
+    /// Skip reconciliation: shows what the webhooks alone leave behind.
+    #[arg(long)]
+    pub no_reconcile: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// A Stripe Connect platform with this many connected accounts instead: each
+    /// account's customers and products, one registered only after its deliveries, all
+    /// reconciled by the shared per-kind schedule.
+    #[arg(long, value_name = "N", conflicts_with_all = ["orders", "refunds", "no_reconcile", "same_second"])]
+    pub accounts: Option<usize>,
+}
+
+/// A demo fault rate, checked to be between 0 and 1.
+pub(super) fn rate(name: &str, v: f64) -> Result<f64, String> {
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("--{name} {v} is not a rate between 0 and 1"))
+    }
+}

@@ -73,7 +73,18 @@ impl Lifecycle {
 
     /// The source, if it serves many accounts, and the account id, if it is one.
     fn check(&self, source: &str, account: Option<&str>) -> Result<(), LifecycleError> {
-        match self.config.source(source) {
+        Self::check_request(&self.config, source, account)
+    }
+
+    /// What every call checks before the database is touched: the source exists and
+    /// serves many accounts, and the account id (if any) is one. The CLI asks it before
+    /// it opens the database.
+    pub fn check_request(
+        config: &Config,
+        source: &str,
+        account: Option<&str>,
+    ) -> Result<(), LifecycleError> {
+        match config.source(source) {
             None => return Err(LifecycleError::UnknownSource(source.into())),
             Some(s) if s.accounts.is_none() => {
                 return Err(LifecycleError::SingleAccount(source.into()));

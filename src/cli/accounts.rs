@@ -27,19 +27,7 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
         AccountsAction::List { source, .. } => (source.as_deref(), None),
     };
     if let Some(source) = source {
-        let problem = match config.source(source) {
-            None => Some(LifecycleError::UnknownSource(source.into())),
-            Some(s) if s.accounts.is_none() => Some(LifecycleError::SingleAccount(source.into())),
-            Some(_) => account.and_then(|a| {
-                crate::change::limits::check_id(a)
-                    .err()
-                    .map(|why| LifecycleError::BadAccount {
-                        account: a.into(),
-                        why: why.to_string(),
-                    })
-            }),
-        };
-        if let Some(e) = problem {
+        if let Err(e) = Lifecycle::check_request(config, source, account) {
             eprintln!("error: {e}");
             return Ok(code(&e));
         }

@@ -81,14 +81,18 @@ pub fn router(state: HttpState) -> Routers {
         );
     }
     let life = crate::accounts::lifecycle::Lifecycle::new(state.config.clone(), state.store);
-    let (db, book, config) = (state.db, state.book, state.config);
-    let (db2, book2, config2) = (db.clone(), book.clone(), config.clone());
+    let health = Health {
+        db: state.db,
+        book: state.book,
+        config: state.config,
+    };
+    let config = health.config.clone();
     let admin_apart = config.http.admin_listen.is_some();
     let mut router = Router::new();
     // Without a token the endpoint does not exist: the webhook listener may face the
     // internet, and the feed carries every state.
     if let Some(token) = config.http.changes_token.clone() {
-        let feed = Feed::new(db.clone());
+        let feed = Feed::new(health.db.clone());
         router = router.route(
             "/changes",
             get(
@@ -99,49 +103,25 @@ pub fn router(state: HttpState) -> Routers {
             ),
         );
     }
-    let (db3, book3, config3) = (db.clone(), book.clone(), config.clone());
+    let reports = Router::new()
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(health.clone());
     // Every `/admin/*` route behind one check of the token, made before the route's own
     // extractors read anything (a bad query string of a caller without the token is
     // answered 401, not 400).
     let admin_routes = admin::routes(life)
         .merge(operations::routes(operations))
-        .route(
-            "/admin/status",
-            get(move || {
-                let (db, book, config) = (db3.clone(), book3.clone(), config3.clone());
-                async move { readyz(&db, &book, &config).await }
-            }),
+        .merge(
+            Router::new()
+                .route("/admin/status", get(readyz))
+                .with_state(health),
         )
         .route_layer(axum::middleware::from_fn_with_state(
             config.http.admin_token.clone(),
             require_admin,
         ));
-    let ops = router
-        .merge(admin_routes)
-        .route(
-            "/readyz",
-            get(move || {
-                let (db, book, config) = (db.clone(), book.clone(), config.clone());
-                async move { readyz(&db, &book, &config).await }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let (db, book, config) = (db2.clone(), book2.clone(), config2.clone());
-                async move {
-                    let body = crate::health::render(&db, &book, &config).await;
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4",
-                        )],
-                        body,
-                    )
-                        .into_response()
-                }
-            }),
-        );
+    let ops = router.merge(admin_routes).merge(reports);
     let finish = |r: Router| {
         r.route(
             "/healthz",
@@ -359,10 +339,32 @@ async fn changes(
     }
 }
 
+/// What `/readyz`, `/admin/status` and `/metrics` read.
+#[derive(Clone)]
+struct Health {
+    db: Db,
+    book: Bookkeeping,
+    config: Arc<Config>,
+}
+
+/// `/metrics`: Prometheus' text format.
+async fn metrics(axum::extract::State(h): axum::extract::State<Health>) -> Response {
+    let body = crate::health::render(&h.db, &h.book, &h.config).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        body,
+    )
+        .into_response()
+}
+
 /// Ready when the database is reachable and migrated. The body also reports each
 /// kind's reconcile freshness; an overdue kind is reported, not made unready (a sender
 /// outage must not take the webhook receiver out of a load balancer).
-async fn readyz(db: &Db, book: &Bookkeeping, config: &Config) -> Response {
+async fn readyz(axum::extract::State(h): axum::extract::State<Health>) -> Response {
+    let (db, book, config) = (&h.db, &h.book, &*h.config);
     match db.is_migrated().await {
         Ok(true) => {
             let kinds = crate::health::freshness(book, config)

@@ -59,6 +59,17 @@ impl Sender {
             })?;
             let mut origins = (*self.origins).clone();
             if !origins.contains(&origin) {
+                // Another origin than the source's own: the source's token is never sent
+                // there (a base changed by an admin call or in the database must not
+                // steer it away). Such an account brings its own credential.
+                if token.is_none() && access.app.is_none() && self.token.is_some() {
+                    return Err(SenderError::BadUrl(format!(
+                        "account {account:?}: its base URL is on {origin}, not the source's origin, and the \
+                         source's token is never sent elsewhere; give the account its own credential \
+                         (`webhook-reconciler accounts add {} {account} --api-base URL --token-file FILE`)",
+                        self.source
+                    )));
+                }
                 origins.push(origin);
             }
             scoped.origins = Arc::new(origins);

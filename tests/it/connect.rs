@@ -1243,3 +1243,123 @@ async fn a_one_shot_runs_failure_is_recorded_in_its_account_kinds_schedule_like_
         1
     );
 }
+
+both_backends!(
+    an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_never_leaves_its_origin,
+);
+
+/// Credentials stay where the operator allowed: an account id that could steer a URL
+/// (`evil.com/x?` as a Shopify shop, `acct_../x` for Stripe) is refused by the CLI (exit
+/// 2) and the admin API (400) before anything is stored; an account whose base URL is on
+/// another origin than the source's, with no credential of its own, fails its own run
+/// with the fix named — and that origin never receives a request, so never the
+/// platform's key. With its own credential it gets that credential only.
+async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_never_leaves_its_origin(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let elsewhere = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::helpers::process::write_migrated_config(dir.path(), &toml);
+    for bad in ["acct_../x", "evil.com/x?", "acct 1", "a"] {
+        let out = crate::helpers::process::bin()
+            .arg("--config")
+            .arg(&cfg)
+            .args(["accounts", "add", "stripe", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(bad), "{bad}: {err}");
+    }
+    let app = spawn_app_with(db, &toml).await;
+    let (status, body) = {
+        let r = app
+            .client
+            .post(app.url("/admin/accounts"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"source": "stripe", "account": "acct_x/../../v1"}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("acct_"), "{body}");
+    assert_eq!(app.db.count("accounts"), 0);
+
+    // A base on another origin and no credential of its own: its run fails, naming
+    // the fix, and nothing is sent there.
+    let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    life.add("stripe", "acct_away", Some(elsewhere.api_base()), None)
+        .await
+        .unwrap();
+    let r = reconciler_for(&toml).await;
+    let (s, k) = r
+        .kinds(Some("stripe"), Some("customer"))
+        .into_iter()
+        .next()
+        .map(|(s, k)| (s.clone(), k.clone()))
+        .unwrap();
+    let report = r
+        .run_account_kind(
+            &s,
+            &k,
+            "acct_away",
+            &RunOptions::default(),
+            &CancellationToken::new(),
+            &|_| {},
+        )
+        .await;
+    match &report.status {
+        RunStatus::Failed { error } => {
+            assert!(error.contains("its own credential"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(report.counts.pages, 0);
+    assert!(
+        elsewhere.credentials().is_empty(),
+        "the other origin was asked: {:?}",
+        elsewhere.credentials()
+    );
+    // Given its own credential, it is asked with that one only.
+    life.add(
+        "stripe",
+        "acct_away",
+        Some(elsewhere.api_base()),
+        Some(SecretString::from("sk_away_own")),
+    )
+    .await
+    .unwrap();
+    let report = r
+        .run_account_kind(
+            &s,
+            &k,
+            "acct_away",
+            &RunOptions::default(),
+            &CancellationToken::new(),
+            &|_| {},
+        )
+        .await;
+    assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
+    let seen = elsewhere.credentials();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|c| c
+            .as_deref()
+            .is_some_and(|c| c.contains("sk_away_own") && !c.contains(PLATFORM_TOKEN))),
+        "{seen:?}"
+    );
+}

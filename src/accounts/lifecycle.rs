@@ -40,7 +40,10 @@ pub enum LifecycleError {
 impl LifecycleError {
     /// The request was wrong (not the database, not the sealing).
     pub fn caller_error(&self) -> bool {
-        !matches!(self, Self::Add(_) | Self::Db(_))
+        !matches!(
+            self,
+            Self::Add(AddError::Seal(_) | AddError::Db(_)) | Self::Db(_)
+        )
     }
 }
 

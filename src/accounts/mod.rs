@@ -26,6 +26,16 @@ pub struct Access {
 /// Why an account could not be added.
 #[derive(Debug, thiserror::Error)]
 pub enum AddError {
+    /// The account is registered with another base URL: a second `add` never moves it
+    /// (the kept credential would follow the new base).
+    #[error(
+        "account {account:?} is registered with api_base {}; an `add` never changes it. Remove the account and add it again with the new base and its credential",
+        registered.as_deref().map_or_else(|| "the source's".to_string(), |b| format!("{b:?}"))
+    )]
+    OtherBase {
+        account: String,
+        registered: Option<String>,
+    },
     #[error(transparent)]
     Seal(#[from] credential::CredentialError),
     #[error(transparent)]
@@ -69,10 +79,23 @@ impl Accounts {
             .map(|(key, c)| key.seal(source, account, c))
             .transpose()?;
         let (s, a) = (source.to_string(), account.to_string());
-        self.db
-            .write(move |c| sql::add(c, &s, &a, api_base.as_deref(), sealed.as_deref()))
+        let kept = self
+            .db
+            .write(move |c| {
+                // Checked in the same transaction as the write: an account's base is
+                // never changed by a second `add` (its credential would go along to it).
+                if let (Some(given), Some(row)) = (&api_base, sql::access(c, &s, &a)?) {
+                    if row.api_base.as_deref() != Some(given.as_str()) {
+                        return Ok(Err(row.api_base));
+                    }
+                }
+                sql::add(c, &s, &a, api_base.as_deref(), sealed.as_deref()).map(Ok)
+            })
             .await?;
-        Ok(())
+        kept.map_err(|registered| AddError::OtherBase {
+            account: account.to_string(),
+            registered,
+        })
     }
 
     /// How to reach `account`'s API: its base URL and credential (opened with `key`).

@@ -1305,6 +1305,14 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
     life.add("stripe", "acct_away", Some(elsewhere.api_base()), None)
         .await
         .unwrap();
+    // A second `add` never moves a registered account's base (its credential would go
+    // along), whatever it is moved to.
+    let moved = life
+        .add("stripe", "acct_away", Some(sim.api_base()), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(moved.contains("never changes"), "{moved}");
     let r = reconciler_for(&toml).await;
     let (s, k) = r
         .kinds(Some("stripe"), Some("customer"))

@@ -124,8 +124,9 @@ pub async fn sample(
         connections,
         opened_total: pools("opened_total"),
         writes_in_flight: q("writes_in_flight"),
+        // `+ 0.0`: an empty sum of f64 is -0.0, which would print as "-0".
         fetches_pending: ready["fetches"].as_array().map_or(f64::NAN, |f| {
-            f.iter().filter_map(|c| c["pending"].as_f64()).sum()
+            f.iter().filter_map(|c| c["pending"].as_f64()).sum::<f64>() + 0.0
         }),
         http_connections: q("http_connections"),
         fsync_ms,

@@ -74,7 +74,7 @@ pub async fn start(
             source: source.name.clone(),
             kind: kind.name.clone(),
             cron: parsed,
-            run_at_start: source.reconcile.run_at_start,
+            run_at_start: source.reconcile.run_at_start && source.reconciles_own_account(),
             slots,
             wake: wake.clone(),
             cancel: cancel.clone(),
@@ -130,6 +130,7 @@ struct KindLoop {
     source: String,
     kind: String,
     cron: croner::Cron,
+    /// `reconcile.run_at_start`, for a source whose own account is reconciled.
     run_at_start: bool,
     /// The source's run slots in this process.
     slots: Arc<Semaphore>,

@@ -79,9 +79,10 @@ impl Fetcher {
         loop {
             let taken = self.take_into(&mut running, Some(deadline)).await;
             if taken == 0 && running.is_empty() {
-                // Nothing due now; one more look after the next second (retries of
-                // same-second conflicts), unless the deadline is nearer.
-                if Instant::now() + NEXT_SECOND >= deadline {
+                // Nothing due now. When something was fetched, one more look after the
+                // next second (a same-second conflict's retry), unless the deadline is
+                // nearer; when nothing was, the command ends at once.
+                if done == 0 || Instant::now() + NEXT_SECOND >= deadline {
                     break;
                 }
                 tokio::time::sleep(NEXT_SECOND).await;

@@ -204,3 +204,35 @@ pub fn record_run(
     metrics::counter!("reconcile_items_applied_total", "source" => s, "kind" => k)
         .increment(counts.applied.max(0) as u64);
 }
+
+/// A subject (a configured source, or a fixed name) and a reason of ours.
+type LineKey = (String, &'static str);
+/// When its last line was written, and how many were not written since.
+type LastLine = (std::time::Instant, u64);
+
+/// The repeated log lines' last times. Bounded: subjects and reasons are.
+static LOG_LINES: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<LineKey, LastLine>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// Whether to write a repeated log line now: `Some(n)` with the `n` occurrences not
+/// logged since the last line, at most once a second per subject and reason.
+pub fn log_line_now(subject: &str, reason: &'static str) -> Option<u64> {
+    let mut seen = LOG_LINES.lock().unwrap_or_else(|p| p.into_inner());
+    let now = std::time::Instant::now();
+    match seen.get_mut(&(subject.to_string(), reason)) {
+        Some((last, quiet)) if now.duration_since(*last) < Duration::from_secs(1) => {
+            *quiet += 1;
+            None
+        }
+        Some((last, quiet)) => {
+            let n = *quiet;
+            (*last, *quiet) = (now, 0);
+            Some(n)
+        }
+        None => {
+            seen.insert((subject.to_string(), reason), (now, 0));
+            Some(0)
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! The one place where results become HTTP statuses (SPEC's HTTP table), and where each
 //! delivery is logged once.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -32,41 +31,12 @@ pub fn unavailable(message: impl Into<String>) -> Response {
     r
 }
 
-/// How often one kind of rejection of one source is logged.
-const REJECTION_LOG_EVERY: Duration = Duration::from_secs(1);
-
-/// Rejections of each (source, reason) since that pair's last log line, and when it was:
-/// an anonymous client sending 24,000 unsigned requests a second must not write 24,000
-/// lines (journald's rate limit would then drop the real errors). Bounded: sources come
-/// from the configuration, reasons are ours.
-static REJECTIONS: std::sync::LazyLock<std::sync::Mutex<HashMap<RejectionKey, LastLine>>> =
-    std::sync::LazyLock::new(Default::default);
-
-/// A source and a reason of rejection.
-type RejectionKey = (String, &'static str);
-/// When the last line was logged, and how many were not logged since.
-type LastLine = (std::time::Instant, u64);
-
-/// Whether to log this rejection now: `Some(n)` with the `n` rejections not logged
-/// since the last line, at most once a second per source and reason.
+/// Whether to log this rejection now (`Some(n)`: the `n` not logged since), at most
+/// once a second per source and reason: an anonymous client sending 24,000 unsigned
+/// requests a second must not write 24,000 lines (journald's rate limit would then drop
+/// the real errors).
 fn log_rejection(source: &str, reason: &'static str) -> Option<u64> {
-    let mut seen = REJECTIONS.lock().unwrap_or_else(|p| p.into_inner());
-    let now = std::time::Instant::now();
-    match seen.get_mut(&(source.to_string(), reason)) {
-        Some((last, quiet)) if now.duration_since(*last) < REJECTION_LOG_EVERY => {
-            *quiet += 1;
-            None
-        }
-        Some((last, quiet)) => {
-            let n = *quiet;
-            (*last, *quiet) = (now, 0);
-            Some(n)
-        }
-        None => {
-            seen.insert((source.to_string(), reason), (now, 0));
-            Some(0)
-        }
-    }
+    crate::observability::log_line_now(source, reason)
 }
 
 fn count(source: &str, result: &'static str, took: Option<Duration>) {

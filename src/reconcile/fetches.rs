@@ -10,8 +10,6 @@
 //! in turn, so one busy account never delays another's fetch by more than the one it
 //! has in flight.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
@@ -123,7 +121,7 @@ impl Fetcher {
                 n
             }
             Err(e) => {
-                if let Some(not_logged) = log_now("take") {
+                if let Some(not_logged) = crate::observability::log_line_now("fetches", "take") {
                     tracing::warn!(error = %e, not_logged, "could not take pending fetches; trying again");
                 }
                 0
@@ -259,7 +257,7 @@ impl Reconciler {
                     .in_account(account.as_str()),
             )
             .await;
-        if let Some(not_logged) = log_now(&source) {
+        if let Some(not_logged) = crate::observability::log_line_now(&source, "fetch_gave_up") {
             let then = match due {
                 Ok(true) => "its account-kind runs a full reconcile now",
                 _ => "the next reconcile repairs it",
@@ -284,30 +282,6 @@ fn backoff(attempts: i32) -> Duration {
     let exp = attempts.clamp(1, 20) as u32 - 1;
     let base = FIRST_DELAY.saturating_mul(1 << exp.min(16)).min(MAX_DELAY);
     base + base.mul_f64(rand::random_range(0.0..0.25))
-}
-
-/// Whether to log a line for `key` now: at most once a second, with how many were not
-/// logged since.
-fn log_now(key: &str) -> Option<u64> {
-    static LAST: std::sync::LazyLock<Mutex<HashMap<String, (Instant, u64)>>> =
-        std::sync::LazyLock::new(Default::default);
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    let now = Instant::now();
-    match last.get_mut(key) {
-        Some((at, quiet)) if now.duration_since(*at) < Duration::from_secs(1) => {
-            *quiet += 1;
-            None
-        }
-        Some((at, quiet)) => {
-            let n = *quiet;
-            (*at, *quiet) = (now, 0);
-            Some(n)
-        }
-        None => {
-            last.insert(key.to_string(), (now, 0));
-            Some(0)
-        }
-    }
 }
 
 #[cfg(test)]

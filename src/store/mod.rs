@@ -398,7 +398,7 @@ impl Store {
     pub async fn tombstone_account(&self, source: &str, account: &str) -> Result<usize, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
         self.write_changes(move |conn| {
-            let n = sql::tombstone_account(conn, &s, &a)?;
+            let n = sql::tombstone_account(conn, &s, &a, false)?;
             sql::fetches::forget_account(conn, &s, &a)?;
             Ok(n)
         })
@@ -416,7 +416,7 @@ impl Store {
             .db
             .write(move |conn| {
                 outbox::erase_account_states(conn, &s, &a)?;
-                let erased = sql::erase_account(conn, &s, &a)?;
+                let erased = sql::tombstone_account(conn, &s, &a, true)?;
                 let rows = sql::purge_account(conn, &s, &a)?;
                 sql::fetches::forget_account(conn, &s, &a)?;
                 sql::forget_dead_letters_of_account(conn, &s, &a)?;

@@ -1209,23 +1209,7 @@ async fn a_one_shot_runs_failure_is_recorded_in_its_account_kinds_schedule_like_
     let r = reconciler_for(&toml).await;
     let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
     life.add("stripe", "acct_a", None, None).await.unwrap();
-    let (s, k) = r
-        .kinds(Some("stripe"), Some("customer"))
-        .into_iter()
-        .next()
-        .map(|(s, k)| (s.clone(), k.clone()))
-        .unwrap();
-    let run = || async {
-        r.run_account_kind(
-            &s,
-            &k,
-            "acct_a",
-            &RunOptions::default(),
-            &CancellationToken::new(),
-            &|_| {},
-        )
-        .await
-    };
+    let run = || customers_once(&r, "acct_a");
     sim.fail_account("acct_a", true);
     assert!(matches!(run().await.status, RunStatus::Failed { .. }));
     assert_eq!(
@@ -1314,22 +1298,7 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
         .to_string();
     assert!(moved.contains("never changes"), "{moved}");
     let r = reconciler_for(&toml).await;
-    let (s, k) = r
-        .kinds(Some("stripe"), Some("customer"))
-        .into_iter()
-        .next()
-        .map(|(s, k)| (s.clone(), k.clone()))
-        .unwrap();
-    let report = r
-        .run_account_kind(
-            &s,
-            &k,
-            "acct_away",
-            &RunOptions::default(),
-            &CancellationToken::new(),
-            &|_| {},
-        )
-        .await;
+    let report = customers_once(&r, "acct_away").await;
     match &report.status {
         RunStatus::Failed { error } => {
             assert!(error.contains("its own credential"), "{error}")
@@ -1351,16 +1320,7 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
     )
     .await
     .unwrap();
-    let report = r
-        .run_account_kind(
-            &s,
-            &k,
-            "acct_away",
-            &RunOptions::default(),
-            &CancellationToken::new(),
-            &|_| {},
-        )
-        .await;
+    let report = customers_once(&r, "acct_away").await;
     assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
     let seen = elsewhere.credentials();
     assert!(!seen.is_empty());
@@ -1370,4 +1330,27 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
             .is_some_and(|c| c.contains("sk_away_own") && !c.contains(PLATFORM_TOKEN))),
         "{seen:?}"
     );
+}
+
+/// One run of the Stripe source's customers for `account`, as the one-shot command
+/// runs it.
+async fn customers_once(
+    r: &webhook_reconciler::reconcile::Reconciler,
+    account: &str,
+) -> webhook_reconciler::reconcile::KindReport {
+    let (s, k) = r
+        .kinds(Some("stripe"), Some("customer"))
+        .into_iter()
+        .next()
+        .map(|(s, k)| (s.clone(), k.clone()))
+        .unwrap();
+    r.run_account_kind(
+        &s,
+        &k,
+        account,
+        &RunOptions::default(),
+        &CancellationToken::new(),
+        &|_| {},
+    )
+    .await
 }

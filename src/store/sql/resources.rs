@@ -464,41 +464,27 @@ pub(crate) fn count_live(conn: &mut Conn, key: &Key) -> diesel::QueryResult<i64>
     Ok(r.n)
 }
 
-/// Marks deleted every live row of one account (keeping version and state).
+/// Marks deleted every live row of one account, keeping its version, and its state
+/// unless `erase` (its data must go: each becomes a change `deleted: true` with no
+/// state). A row already tombstoned gets no second change.
 pub(crate) fn tombstone_account(
     conn: &mut Conn,
     source: &str,
     account: &str,
+    erase: bool,
 ) -> diesel::QueryResult<usize> {
     let b = conn.backend();
     let q = query(
         b,
         &format!(
-            "UPDATE resources SET deleted = {t}, origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
+            "UPDATE resources SET deleted = {t}, {state}origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
              WHERE source = $1 AND account = $2 AND NOT deleted",
             t = if b == Backend::Postgres { "true" } else { "1" },
-            now = now(b),
-        ),
-    );
-    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
-}
-
-/// Marks deleted, without its state, every live row of one account (its data is
-/// erased): each becomes a change `deleted: true` with no state. A row already
-/// tombstoned gets no second change.
-pub(crate) fn erase_account(
-    conn: &mut Conn,
-    source: &str,
-    account: &str,
-) -> diesel::QueryResult<usize> {
-    let b = conn.backend();
-    let q = query(
-        b,
-        &format!(
-            "UPDATE resources SET deleted = {t}, state = NULL, state_digest = NULL, origin = 'reconcile', \
-               last_event_id = NULL, updated_at = {now} \
-             WHERE source = $1 AND account = $2 AND NOT deleted",
-            t = if b == Backend::Postgres { "true" } else { "1" },
+            state = if erase {
+                "state = NULL, state_digest = NULL, "
+            } else {
+                ""
+            },
             now = now(b),
         ),
     );

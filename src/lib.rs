@@ -1,7 +1,7 @@
 //! webhook-reconciler keeps a local database exactly in step with the resources a webhook
 //! sender owns. See ARCHITECTURE.md for the map; in short:
 //!
-//! - webhook flow: [`http`] (receive) -> [`webhook::verify`] -> [`webhook::envelope`]
+//! - webhook flow: [`http`] (receive) -> [`webhook::verify`] -> [`ingest::envelope`]
 //!   (parse) -> [`ingest`] (mapping, claim) -> [`store`] (the guarded write, and the
 //!   fetch a 200 leaves, in one transaction);
 //! - reconcile flow: [`reconcile::schedule`] (claims what `reconcile_due` says is due)
@@ -23,6 +23,7 @@ pub mod bookkeeping;
 pub mod change;
 pub mod cli;
 pub mod config;
+pub mod credential;
 pub mod db;
 pub mod demo;
 pub mod feed;

@@ -4,7 +4,6 @@
 //! account its signed body names only when that account is registered and enabled.
 //! [`credential`] seals an account's credential at rest.
 
-pub mod credential;
 pub mod lifecycle;
 mod sql;
 
@@ -12,6 +11,7 @@ pub use sql::{AccountAge, AccountRow};
 
 use secrecy::SecretString;
 
+use crate::credential;
 use crate::db::{Db, DbError};
 
 /// How the daemon reaches one account's API.

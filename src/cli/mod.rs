@@ -115,7 +115,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Secret {
             action: SecretAction::New { raw: true },
         } => Some(
-            crate::accounts::credential::new_key()
+            crate::credential::new_key()
                 .map(|key| println!("{key}"))
                 .map_err(anyhow::Error::from),
         ),

@@ -572,7 +572,7 @@ pub struct Config {
     pub sources: Vec<SourceConfig>,
     pub consumers: Vec<ConsumerConfig>,
     /// `accounts.key`: seals and opens account credentials kept in the database.
-    pub accounts_key: Option<std::sync::Arc<crate::accounts::credential::AccountsKey>>,
+    pub accounts_key: Option<std::sync::Arc<crate::credential::AccountsKey>>,
     /// Settings that work but deserve a look (`check-config` prints them, `serve` logs
     /// them at start), each naming its key.
     pub warnings: Vec<super::Problem>,

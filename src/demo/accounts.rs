@@ -92,7 +92,7 @@ pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport
     let sim = ProviderSim::start(Provider::Stripe, &secret)
         .await
         .context("starting the simulated Stripe API")?;
-    let accounts_key = crate::accounts::credential::new_key()
+    let accounts_key = crate::credential::new_key()
         .map_err(|e| anyhow::anyhow!("making the demo's accounts.key: {e}"))?;
     let config = Config::from_toml_str(
         &TEMPLATE

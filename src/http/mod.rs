@@ -67,7 +67,6 @@ pub fn router(state: HttpState) -> Routers {
         state.config.clone(),
         state.store.clone(),
         state.db.clone(),
-        state.receivers.iter().map(|(_, r)| r.clone()).collect(),
     );
     let mut webhooks = Router::new();
     for (path, receiver) in state.receivers {

@@ -110,7 +110,7 @@ impl Operations {
     pub async fn retry_dead_letters(&self, sel: &Selection) -> Result<Vec<Retried>, OpError> {
         let (letters, mut out) = self.selected(sel).await?;
         for letter in letters {
-            let Some(receiver) = self.receivers.get(&letter.source) else {
+            let Some(ingest) = self.ingests.get(&letter.source) else {
                 out.push(Retried {
                     outcome: "failed".into(),
                     reason: Some(format!(
@@ -122,7 +122,7 @@ impl Operations {
                 });
                 continue;
             };
-            match receiver.replay(&letter).await {
+            match ingest.replay(&letter).await {
                 Ok(outcome) => {
                     self.store
                         .delete_dead_letter(&letter.source, &letter.event_id)

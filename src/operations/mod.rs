@@ -15,8 +15,8 @@ use crate::bookkeeping::{Bookkeeping, PausedRow};
 use crate::config::Config;
 use crate::db::{Db, DbError};
 use crate::feed::{Feed, Lag, Rewind};
+use crate::ingest::Ingest;
 use crate::store::Store;
-use crate::webhook::Receiver;
 
 pub use dead_letters::{Retried, Selection};
 pub use explain::Explanation;
@@ -81,20 +81,21 @@ pub struct Operations {
     store: Store,
     book: Bookkeeping,
     feed: Feed,
-    /// By source: the receivers retried dead letters go through (under `serve`, the
-    /// very ones deliveries use, so conflicts reach the running resolver).
-    receivers: Arc<HashMap<String, Receiver>>,
+    /// By source: the ingest step retried dead letters go through (on the store of
+    /// `serve`, when under it, so what a retry leaves to fetch wakes its fetcher).
+    ingests: Arc<HashMap<String, Ingest>>,
 }
 
 impl Operations {
-    pub fn new(config: Arc<Config>, store: Store, db: Db, receivers: Vec<Receiver>) -> Self {
+    pub fn new(config: Arc<Config>, store: Store, db: Db) -> Self {
         Self {
             book: Bookkeeping::new(db.clone()),
             feed: Feed::new(db),
-            receivers: Arc::new(
-                receivers
-                    .into_iter()
-                    .map(|r| (r.source().to_string(), r))
+            ingests: Arc::new(
+                config
+                    .sources
+                    .iter()
+                    .map(|s| (s.name.clone(), Ingest::new(s, store.clone())))
                     .collect(),
             ),
             config,
@@ -102,15 +103,9 @@ impl Operations {
         }
     }
 
-    /// With a receiver of its own per configured source (the command line).
+    /// On a store of its own (the command line).
     pub fn standalone(config: Arc<Config>, db: Db) -> Self {
-        let store = Store::new(db.clone());
-        let receivers = config
-            .sources
-            .iter()
-            .map(|s| Receiver::new(s, store.clone()))
-            .collect();
-        Self::new(config, store, db, receivers)
+        Self::new(config, Store::new(db.clone()), db)
     }
 
     fn check_source(&self, source: &str) -> Result<&crate::config::SourceConfig, OpError> {

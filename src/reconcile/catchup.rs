@@ -18,9 +18,9 @@ use super::{Reconciler, RunError};
 use crate::bookkeeping::RunId;
 use crate::change::Outcome;
 use crate::ingest::Refusal;
+use crate::ingest::envelope::{self, HeaderIds};
 use crate::sender::SenderError;
 use crate::store::Guard;
-use crate::webhook::envelope::{self, HeaderIds};
 
 impl Reconciler {
     /// A page of events (catch-up): each through the ingest step.

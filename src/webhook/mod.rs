@@ -2,7 +2,6 @@
 //! write, dead letter: `crate::ingest`, shared with catch-up). Independent of the HTTP
 //! framework: `http` turns [`Rejection`]s into status codes.
 
-pub mod envelope;
 pub mod recent;
 pub mod verify;
 
@@ -11,9 +10,9 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use crate::config::{Scheme, SourceConfig};
+use crate::ingest::envelope::{self, EnvelopeError, HeaderIds};
 use crate::ingest::{Ingest, Refusal};
 use crate::store::{Outcome, Store};
-use envelope::{EnvelopeError, HeaderIds};
 use recent::RecentClaims;
 use verify::{Verifier, VerifyError};
 
@@ -114,29 +113,6 @@ impl Receiver {
             self.recent.insert(&id);
         }
         Ok((outcome, id))
-    }
-
-    /// Runs a dead letter through the same ingest step as a delivery (mapping, claim,
-    /// guarded write, change feed), without a second signature check: it was verified
-    /// when it arrived. One that fails again is kept with the new reason (`Refusal`).
-    pub async fn replay(&self, dead: &crate::store::DeadLetter) -> Result<Outcome, Refusal> {
-        let doc: serde_json::Value = match serde_json::from_str(&dead.body) {
-            Ok(doc) => doc,
-            Err(e) => {
-                return Err(Refusal::Unprocessable {
-                    event_id: dead.event_id.clone(),
-                    event_type: dead.event_type.clone(),
-                    reason: format!("the kept body is not JSON: {e}"),
-                });
-            }
-        };
-        let env = envelope::Envelope {
-            id: dead.event_id.clone(),
-            event_type: dead.event_type.clone(),
-            doc,
-            account_hint: dead.account_hint.clone(),
-        };
-        self.ingest(env, dead.body.as_bytes()).await
     }
 
     /// Ingest (see `ingest::Ingest::delivery`: the body's digest, the fetch a 200

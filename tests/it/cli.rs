@@ -509,7 +509,7 @@ fn secret_new_prints_a_fresh_key_that_a_consumer_accepts() {
     assert_eq!(out.status.code(), Some(0));
     let raw = String::from_utf8(out.stdout).unwrap();
     assert!(!raw.starts_with("whsec_"));
-    webhook_reconciler::accounts::credential::AccountsKey::from_base64(&raw).unwrap();
+    webhook_reconciler::credential::AccountsKey::from_base64(&raw).unwrap();
 }
 
 #[test]

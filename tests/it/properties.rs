@@ -11,8 +11,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use webhook_reconciler::change::{read_id, read_state, read_version};
 use webhook_reconciler::config::{Config, VersionFormat};
+use webhook_reconciler::ingest::envelope::{self, HeaderIds};
 use webhook_reconciler::sender::{link, page};
-use webhook_reconciler::webhook::envelope::{self, HeaderIds};
 use webhook_reconciler::webhook::verify::Verifier;
 
 use crate::helpers::proxy::Proxy;

@@ -198,3 +198,199 @@ fn only_http_and_the_simulator_know_axum() {
     let bad = offenders("axum::", &["http", "simulator", "demo", "app.rs"]);
     assert!(bad.is_empty(), "axum outside http:\n{}", bad.join("\n"));
 }
+
+/// The modules `src/` is made of, by path (`["store", "sql", "fetches"]`), with their
+/// code: comments and `#[cfg(test)] mod tests` left out.
+fn modules() -> std::collections::BTreeMap<Vec<String>, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut out = std::collections::BTreeMap::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).unwrap().with_extension("");
+        let mut path: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if matches!(
+            path.last().map(String::as_str),
+            Some("mod" | "lib" | "main")
+        ) {
+            path.pop();
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.insert(path, code);
+    }
+    out
+}
+
+/// The module a path names: its longest prefix that is a module.
+fn module_of<'a>(
+    mods: &'a std::collections::BTreeMap<Vec<String>, String>,
+    path: &[String],
+) -> Option<&'a Vec<String>> {
+    (1..=path.len())
+        .rev()
+        .find_map(|n| mods.get_key_value(&path[..n]).map(|(k, _)| k))
+}
+
+/// Which modules each module imports (`crate::…` and `super::…` paths; a module's own
+/// ancestors are not counted: a child uses its parent's items by design).
+fn import_graph() -> std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>
+{
+    let mods = modules();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut graph = std::collections::BTreeMap::new();
+    for (m, code) in &mods {
+        let mut targets = std::collections::BTreeSet::new();
+        let mut add = |path: Vec<String>| {
+            if let Some(t) = module_of(&mods, &path)
+                && t != m
+                && !m.starts_with(t)
+            {
+                targets.insert(t.clone());
+            }
+        };
+        for (prefix, base) in [
+            ("crate::", Vec::new()),
+            ("super::", m[..m.len().saturating_sub(1)].to_vec()),
+        ] {
+            for (i, _) in code.match_indices(prefix) {
+                if prefix == "crate::" && code[..i].ends_with("super::") {
+                    continue;
+                }
+                let rest = &code[i + prefix.len()..];
+                let mut path = base.clone();
+                let mut at = rest;
+                loop {
+                    let seg = ident(at);
+                    if seg.is_empty() {
+                        break;
+                    }
+                    at = &at[seg.len()..];
+                    path.push(seg);
+                    if let Some(next) = at.strip_prefix("::") {
+                        at = next;
+                    } else {
+                        break;
+                    }
+                }
+                // `a::{b, c::d}`: each branch's first segment too.
+                if let Some(group) = at.strip_prefix('{') {
+                    for item in group.split('}').next().unwrap_or("").split(',') {
+                        let seg = ident(item.trim());
+                        if !seg.is_empty() && seg != "self" {
+                            let mut p = path.clone();
+                            p.push(seg);
+                            add(p);
+                        }
+                    }
+                }
+                add(path);
+            }
+        }
+        graph.insert(m.clone(), targets);
+    }
+    graph
+}
+
+#[test]
+fn no_file_imports_a_file_that_imports_it_back() {
+    let graph = import_graph();
+    // Depth-first search for a back edge; the first circle found is reported.
+    fn visit(
+        m: &Vec<String>,
+        graph: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+        state: &mut std::collections::BTreeMap<Vec<String>, u8>,
+        stack: &mut Vec<Vec<String>>,
+    ) -> Option<Vec<String>> {
+        state.insert(m.clone(), 1);
+        stack.push(m.clone());
+        for t in graph.get(m).into_iter().flatten() {
+            match state.get(t) {
+                Some(1) => {
+                    let from = stack.iter().position(|s| s == t).unwrap();
+                    let mut circle: Vec<String> =
+                        stack[from..].iter().map(|p| p.join("::")).collect();
+                    circle.push(t.join("::"));
+                    return Some(circle);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(c) = visit(t, graph, state, stack) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        state.insert(m.clone(), 2);
+        None
+    }
+    let mut state = std::collections::BTreeMap::new();
+    for m in graph.keys() {
+        if !state.contains_key(m)
+            && let Some(circle) = visit(m, &graph, &mut state, &mut Vec::new())
+        {
+            panic!(
+                "files import each other in a circle: {}; move what both need below both",
+                circle.join(" -> ")
+            );
+        }
+    }
+}
+
+/// ARCHITECTURE.md's layers, lowest first: a module imports only from its own layer or
+/// below (within a layer, the file graph above has no circle).
+const LAYERS: &[&[&str]] = &[
+    &[
+        "config",
+        "credential",
+        "signature",
+        "change",
+        "telemetry",
+        "shutdown",
+        "db",
+    ],
+    &["observability", "bookkeeping", "feed", "store", "accounts"],
+    &["sender", "ingest", "webhook", "simulator"],
+    &["reconcile", "operations", "health", "retention", "systemd"],
+    &["http", "app"],
+    &["cli", "demo", "lib", "main"],
+];
+
+#[test]
+fn modules_import_only_from_their_layer_or_below() {
+    let layer = |m: &Vec<String>| -> usize {
+        let top = m.first().map(String::as_str).unwrap_or("lib");
+        LAYERS
+            .iter()
+            .position(|l| l.contains(&top))
+            .unwrap_or_else(|| {
+                panic!("module {top} is in no layer of LAYERS (and ARCHITECTURE.md)")
+            })
+    };
+    let mut upward = Vec::new();
+    for (m, targets) in import_graph() {
+        for t in targets {
+            if layer(&t) > layer(&m) {
+                upward.push(format!("{} -> {}", m.join("::"), t.join("::")));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports from a higher layer (move the shared part down, or let the caller pass it):\n{}",
+        upward.join("\n")
+    );
+}

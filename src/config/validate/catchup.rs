@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Checker;
 use super::kind::{PagingKeys, validate_paging};
-use super::source::validate_schedule;
+use super::schedule::validate_schedule;
 use crate::config::defaults;
 use crate::config::raw;
 use crate::config::types::*;

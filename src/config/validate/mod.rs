@@ -10,6 +10,7 @@ use secrecy::SecretString;
 
 mod catchup;
 mod kind;
+mod schedule;
 mod source;
 
 use super::raw::RawConfig;
@@ -322,7 +323,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 return None;
             }
         };
-        match crate::accounts::credential::AccountsKey::from_base64(&value) {
+        match crate::credential::AccountsKey::from_base64(&value) {
             Ok(k) => Some(std::sync::Arc::new(k)),
             Err(e) => {
                 c.fail("accounts.key", e.to_string());

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use super::Checker;
 use super::catchup::validate_catchup;
 use super::kind::{validate_kind, warn_mappings};
+use super::schedule::validate_schedule;
 
 /// The smallest Standard Webhooks key the specification recommends.
 const STDWH_MIN_KEY_BYTES: usize = 24;
@@ -232,18 +233,17 @@ fn validate_accounts(
         (Some(id), Some(k)) => match secret::resolve(k) {
             Ok(pem) => {
                 let key_text = SecretString::from(pem);
-                match crate::sender::github_app::AppTokens::new(
-                    id,
-                    &key_text,
-                    "http://127.0.0.1",
-                    Duration::from_secs(1),
-                ) {
+                // The same parse the App's token client does (`sender::github_app`).
+                match jsonwebtoken::EncodingKey::from_rsa_pem(key_text.expose_secret().as_bytes()) {
                     Ok(_) => Some(GithubApp {
                         app_id: id.clone(),
                         key: key_text,
                     }),
                     Err(e) => {
-                        c.fail(key("app_key"), e.to_string());
+                        c.fail(
+                            key("app_key"),
+                            format!("the GitHub App private key cannot be read: {e} (it is the PEM file GitHub made for the App)"),
+                        );
                         None
                     }
                 }
@@ -464,42 +464,5 @@ fn validate_reconcile(c: &mut Checker, name: &str, raw: &RawSource) -> Reconcile
                 .as_deref()
                 .unwrap_or(defaults::MAX_PAGE_BYTES),
         ),
-    }
-}
-
-/// `every` or `cron` of a schedule; keys are named by `key`.
-pub(super) fn validate_schedule(
-    c: &mut Checker,
-    key: &dyn Fn(&str) -> String,
-    every: Option<&String>,
-    cron: Option<&String>,
-) -> Option<Schedule> {
-    match (every, cron) {
-        (Some(_), Some(_)) => {
-            c.fail(key("cron"), "set either `every` or `cron`, not both");
-            None
-        }
-        (Some(every), None) => match c.duration(&key("every"), every) {
-            Some(d) => match every_to_cron(d) {
-                Ok(_) => Some(Schedule::Every(d)),
-                Err(e) => {
-                    c.fail(key("every"), e);
-                    None
-                }
-            },
-            None => None,
-        },
-        (None, Some(cron)) => {
-            if cron.split_whitespace().count() != 6 {
-                c.fail(
-                    key("cron"),
-                    format!(
-                        "{cron:?} must have 6 fields (sec min hour day month weekday, in UTC), e.g. \"0 */5 * * * *\""
-                    ),
-                );
-            }
-            Some(Schedule::Cron(cron.clone()))
-        }
-        (None, None) => None,
     }
 }

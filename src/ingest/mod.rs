@@ -1,12 +1,15 @@
 //! The one ingest step below every authentic event, whatever brought it: a verified
 //! webhook delivery (`webhook::Receiver`), an event listed by the sender's events API
-//! (`reconcile`'s catch-up), or (later) a dead letter retried by an operator.
+//! (`reconcile`'s catch-up), or a dead letter retried by an operator
+//! (`operations`). It owns the envelope (`envelope`) all three arrive as.
 //!
 //! mapping -> claim -> guarded write, or a dead letter: the event type picks the kind
 //! and pointers, `store` claims the id and applies the change in one transaction, and
 //! an event that cannot be read, or whose data the database refuses, is kept in
 //! `dead_letters` with the reason. Nothing here verifies a signature: the caller
 //! vouches that the event is authentic.
+
+pub mod envelope;
 
 use std::collections::HashMap;
 
@@ -15,7 +18,7 @@ use crate::change::ResourceKey;
 use crate::config::{Scheme, SourceConfig};
 use crate::db::{DbError, ErrorClass};
 use crate::store::{Delivery, Outcome, Store};
-use crate::webhook::envelope::{Envelope, KindMapping};
+use envelope::{Envelope, KindMapping};
 
 /// Shopify's mandatory privacy topic: erase a shop's data.
 const SHOP_REDACT: &str = "shop/redact";
@@ -119,6 +122,29 @@ impl Ingest {
             hex::encode(sha2::Sha256::digest(body))
         });
         self.event(env, body, digest).await
+    }
+
+    /// Runs a dead letter through the same step as a delivery (mapping, claim, guarded
+    /// write, change feed), without a second signature check: it was verified when it
+    /// arrived. One that fails again is kept with the new reason.
+    pub async fn replay(&self, dead: &crate::store::DeadLetter) -> Result<Outcome, Refusal> {
+        let doc: serde_json::Value = match serde_json::from_str(&dead.body) {
+            Ok(doc) => doc,
+            Err(e) => {
+                return Err(Refusal::Unprocessable {
+                    event_id: dead.event_id.clone(),
+                    event_type: dead.event_type.clone(),
+                    reason: format!("the kept body is not JSON: {e}"),
+                });
+            }
+        };
+        let env = Envelope {
+            id: dead.event_id.clone(),
+            event_type: dead.event_type.clone(),
+            doc,
+            account_hint: dead.account_hint.clone(),
+        };
+        Ok(self.delivery(env, dead.body.as_bytes()).await?.0)
     }
 
     /// Applies one authentic event: mapping, claim, guarded write (and what it leaves

@@ -1,5 +1,5 @@
 //! `accounts`: the registry of many-account sources, through the same
-//! [`Lifecycle`](crate::accounts::lifecycle::Lifecycle) as the admin API.
+//! [`Operations`](crate::operations::Operations) as the admin API.
 
 use std::process::ExitCode;
 
@@ -8,9 +8,9 @@ use crate::config::Config;
 
 /// `accounts`: the registry of many-account sources.
 pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow::Result<ExitCode> {
-    use crate::accounts::lifecycle::{Lifecycle, LifecycleError};
-    let code = |e: &LifecycleError| match e {
-        LifecycleError::NotRegistered { .. } => ExitCode::from(EXIT_FAILED),
+    use crate::operations::{OpError, Operations};
+    let code = |e: &OpError| match e {
+        OpError::NotRegistered { .. } => ExitCode::from(EXIT_FAILED),
         e if e.caller_error() => ExitCode::from(EXIT_CONFIG),
         _ => ExitCode::from(EXIT_FAILED),
     };
@@ -27,7 +27,7 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
         AccountsAction::List { source, .. } => (source.as_deref(), None),
     };
     if let Some(source) = source {
-        if let Err(e) = Lifecycle::check_request(config, source, account) {
+        if let Err(e) = Operations::check_account_request(config, source, account) {
             eprintln!("error: {e}");
             return Ok(code(&e));
         }
@@ -50,24 +50,21 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
         _ => None,
     };
     let db = open_migrated(config).await?;
-    let life = Lifecycle::new(
-        std::sync::Arc::new(config.clone()),
-        crate::store::Store::new(db),
-    );
+    let ops = Operations::standalone(std::sync::Arc::new(config.clone()), db);
     let done = match action {
         AccountsAction::Add {
             source,
             account,
             api_base,
             ..
-        } => life
-            .add(&source, &account, api_base, credential)
+        } => ops
+            .add_account(&source, &account, api_base, credential)
             .await
             .map(|()| {
                 format!("{source}: account {account} added; its deliveries are applied, and its first sync starts within seconds under `serve`")
             }),
         AccountsAction::List { source, json } => {
-            let rows = match life.list(source.as_deref()).await {
+            let rows = match ops.accounts(source.as_deref()).await {
                 Ok(rows) => rows,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -91,19 +88,19 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
             }
             return Ok(ExitCode::SUCCESS);
         }
-        AccountsAction::Disable { source, account } => life
-            .set_enabled(&source, &account, false)
+        AccountsAction::Disable { source, account } => ops
+            .set_account_enabled(&source, &account, false)
             .await
             .map(|()| format!("{source}: account {account} disabled; its deliveries are answered \"ignored\" and it is not reconciled")),
-        AccountsAction::Enable { source, account } => life
-            .set_enabled(&source, &account, true)
+        AccountsAction::Enable { source, account } => ops
+            .set_account_enabled(&source, &account, true)
             .await
             .map(|()| format!("{source}: account {account} enabled; a sync starts within seconds under `serve`")),
         AccountsAction::Remove {
             source,
             account,
             purge,
-        } => life.remove(&source, &account, purge).await.map(|r| {
+        } => ops.remove_account(&source, &account, purge).await.map(|r| {
             let done = if r.purged {
                 format!("{} rows deleted", r.rows)
             } else {

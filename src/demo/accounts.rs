@@ -21,7 +21,6 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::accounts::lifecycle::Lifecycle;
 use crate::change::Key;
 use crate::config::Config;
 use crate::simulator::providers::{Provider, ProviderSim, Webhook};
@@ -130,9 +129,9 @@ pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport
     let daemon = super::Daemon::start(&config).await?;
     let url = format!("http://{}/webhooks/{SOURCE}", daemon.addr);
     let store = Store::new(daemon.db.clone());
-    let life = Lifecycle::new(Arc::new(config.clone()), store.clone());
+    let life = crate::operations::Operations::new(Arc::new(config.clone()), store.clone());
     for a in &accounts[..accounts.len() - 1] {
-        life.add(SOURCE, a, None, None)
+        life.add_account(SOURCE, a, None, None)
             .await
             .map_err(|e| anyhow::anyhow!("registering {a}: {e}"))?;
     }
@@ -155,7 +154,7 @@ pub async fn run(opts: AccountsDemoOptions) -> anyhow::Result<AccountsDemoReport
             answers.get("ignored").copied().unwrap_or(0)
         ),
     );
-    life.add(SOURCE, &added_late, None, None)
+    life.add_account(SOURCE, &added_late, None, None)
         .await
         .map_err(|e| anyhow::anyhow!("registering {added_late}: {e}"))?;
 

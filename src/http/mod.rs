@@ -5,7 +5,6 @@
 //! Invariant: no input makes a handler answer 500; every error body is JSON
 //! `{"error": "..."}`.
 
-mod admin;
 mod listener;
 mod operations;
 mod reply;
@@ -63,11 +62,7 @@ pub fn router(state: HttpState) -> Routers {
         max_in_flight: state.config.http.max_in_flight,
         in_flight: Arc::new(tokio::sync::Semaphore::new(state.config.http.max_in_flight)),
     };
-    let operations = crate::operations::Operations::new(
-        state.config.clone(),
-        state.store.clone(),
-        state.db.clone(),
-    );
+    let operations = crate::operations::Operations::new(state.config.clone(), state.store);
     let mut webhooks = Router::new();
     for (path, receiver) in state.receivers {
         let (receiver, limits) = (Arc::new(receiver), limits.clone());
@@ -79,7 +74,6 @@ pub fn router(state: HttpState) -> Routers {
             }),
         );
     }
-    let life = crate::accounts::lifecycle::Lifecycle::new(state.config.clone(), state.store);
     let health = Health {
         db: state.db,
         book: state.book,
@@ -109,8 +103,7 @@ pub fn router(state: HttpState) -> Routers {
     // Every `/admin/*` route behind one check of the token, made before the route's own
     // extractors read anything (a bad query string of a caller without the token is
     // answered 401, not 400).
-    let admin_routes = admin::routes(life)
-        .merge(operations::routes(operations))
+    let admin_routes = operations::routes(operations)
         .merge(
             Router::new()
                 .route("/admin/status", get(readyz))

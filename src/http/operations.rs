@@ -1,14 +1,15 @@
-//! `/admin/dead-letters`, `/admin/explain`, `/admin/consumers`, `/admin/reconcile`: the
-//! operator's commands over HTTP, behind `http.admin_token`, JSON in and out, over the
-//! same [`Operations`] as the command line. Retried dead letters go through the very
-//! receivers deliveries use, so what they leave to fetch is recorded as a delivery's is.
+//! `/admin/accounts`, `/admin/dead-letters`, `/admin/explain`, `/admin/consumers`,
+//! `/admin/reconcile`: the operator's commands over HTTP, behind `http.admin_token` (one
+//! layer in `http`), JSON in and out, over the same [`Operations`] as the command line.
+//! A credential goes in and is never returned.
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
+use secrecy::SecretString;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -36,6 +37,26 @@ struct AccountQuery {
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
+struct AddAccount {
+    source: String,
+    account: String,
+    credential: Option<String>,
+    api_base: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct AccountsQuery {
+    source: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct RemoveQuery {
+    #[serde(default)]
+    purge: bool,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RewindBody {
     to: i64,
 }
@@ -50,6 +71,8 @@ struct PauseBody {
 /// The routes; `http` puts the admin token's check in front of them.
 pub(super) fn routes(ops: Operations) -> Router {
     Router::new()
+        .route("/admin/accounts", get(list_accounts).post(add_account))
+        .route("/admin/accounts/{source}/{account}", delete(remove_account))
         .route("/admin/dead-letters", get(list_dead_letters))
         .route("/admin/dead-letters/retry", post(retry))
         .route("/admin/dead-letters/discard", post(discard))
@@ -91,6 +114,44 @@ fn refusal(e: &OpError) -> Response {
 fn answer<T: serde::Serialize>(r: Result<T, OpError>, wrap: &str) -> Response {
     match r {
         Ok(v) => json_reply(StatusCode::OK, json!({ wrap: v })),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn list_accounts(State(s): State<Ops>, q: Query<AccountsQuery>) -> Response {
+    answer(s.ops.accounts(q.source.as_deref()).await, "accounts")
+}
+
+async fn add_account(State(s): State<Ops>, b: Body) -> Response {
+    let req =
+        match body::<AddAccount>(b, r#"{"source", "account", "credential"?, "api_base"?}"#).await {
+            Ok(r) => r,
+            Err(r) => return r,
+        };
+    let credential = req.credential.map(SecretString::from);
+    match s
+        .ops
+        .add_account(&req.source, &req.account, req.api_base, credential)
+        .await
+    {
+        Ok(()) => json_reply(
+            StatusCode::CREATED,
+            json!({"source": req.source, "account": req.account, "enabled": true, "first_sync": "due now"}),
+        ),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn remove_account(
+    State(s): State<Ops>,
+    Path((source, account)): Path<(String, String)>,
+    q: Query<RemoveQuery>,
+) -> Response {
+    match s.ops.remove_account(&source, &account, q.purge).await {
+        Ok(removed) => json_reply(
+            StatusCode::OK,
+            json!({"source": source, "account": account, "removed": removed}),
+        ),
         Err(e) => refusal(&e),
     }
 }

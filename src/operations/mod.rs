@@ -1,8 +1,10 @@
 //! What an operator does by hand after a week in production, one implementation for the
 //! command line and the admin API: dead letters retried or discarded, one resource
-//! explained, consumers listed, rewound, paused and resumed, kinds paused and resumed.
+//! explained, consumers listed, rewound, paused and resumed, kinds paused and resumed,
+//! accounts added, listed, switched and removed (`accounts`).
 //! Each operation names what was wrong when it refuses ([`OpError::caller_error`]).
 
+mod accounts;
 mod dead_letters;
 mod explain;
 
@@ -42,6 +44,23 @@ pub enum OpError {
     NothingSelected,
     #[error("cannot rewind consumer {consumer:?}: {why}")]
     Rewind { consumer: String, why: Rewind },
+    #[error(
+        "source {0:?} serves one account; add [sources.{0}.accounts] (with `from`, where a delivery's signed body names its account) to serve many"
+    )]
+    SingleAccount(String),
+    #[error("account {account:?}: {why}")]
+    BadAccount { account: String, why: String },
+    #[error("api_base {0:?} is not an http(s) URL")]
+    BadApiBase(String),
+    #[error(
+        "a credential is kept encrypted with accounts.key, which is not set; make one with `webhook-reconciler secret new --raw` and set accounts.key"
+    )]
+    NoAccountsKey,
+    #[error("account {account:?} of {of:?} is not registered")]
+    NotRegistered { of: String, account: String },
+    /// The registry refused (another base) or could not seal the credential.
+    #[error(transparent)]
+    Add(#[from] crate::accounts::AddError),
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -49,14 +68,21 @@ pub enum OpError {
 impl OpError {
     /// The request's mistake (exit 2, HTTP 400/404), not the database's.
     pub fn caller_error(&self) -> bool {
-        !matches!(self, OpError::Db(_))
+        use crate::accounts::AddError;
+        !matches!(
+            self,
+            OpError::Db(_) | OpError::Add(AddError::Seal(_) | AddError::Db(_))
+        )
     }
 
     /// Something named does not exist (HTTP 404).
     pub fn not_found(&self) -> bool {
         matches!(
             self,
-            OpError::UnknownSource(_) | OpError::UnknownKind { .. } | OpError::UnknownConsumer(_)
+            OpError::UnknownSource(_)
+                | OpError::UnknownKind { .. }
+                | OpError::UnknownConsumer(_)
+                | OpError::NotRegistered { .. }
         )
     }
 }
@@ -87,10 +113,10 @@ pub struct Operations {
 }
 
 impl Operations {
-    pub fn new(config: Arc<Config>, store: Store, db: Db) -> Self {
+    pub fn new(config: Arc<Config>, store: Store) -> Self {
         Self {
-            book: Bookkeeping::new(db.clone()),
-            feed: Feed::new(db),
+            book: Bookkeeping::new(store.db().clone()),
+            feed: Feed::new(store.db().clone()),
             ingests: Arc::new(
                 config
                     .sources
@@ -105,7 +131,7 @@ impl Operations {
 
     /// On a store of its own (the command line).
     pub fn standalone(config: Arc<Config>, db: Db) -> Self {
-        Self::new(config, Store::new(db.clone()), db)
+        Self::new(config, Store::new(db))
     }
 
     fn check_source(&self, source: &str) -> Result<&crate::config::SourceConfig, OpError> {

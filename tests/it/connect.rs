@@ -10,8 +10,8 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use webhook_reconciler::accounts::lifecycle::Lifecycle;
 use webhook_reconciler::config::Config;
+use webhook_reconciler::operations::Operations;
 use webhook_reconciler::reconcile::{RunOptions, RunStatus};
 use webhook_reconciler::simulator::providers::{Provider, ProviderSim, Webhook};
 use webhook_reconciler::store::Store;
@@ -79,8 +79,8 @@ concurrency = 4
     )
 }
 
-fn lifecycle(toml: &str, store: Store) -> Lifecycle {
-    Lifecycle::new(Arc::new(Config::from_toml_str(toml).unwrap()), store)
+fn lifecycle(toml: &str, store: Store) -> Operations {
+    Operations::new(Arc::new(Config::from_toml_str(toml).unwrap()), store)
 }
 
 /// The customers of `account` in the database as (id, name), by id.
@@ -133,8 +133,10 @@ async fn each_accounts_reconcile_sends_its_stripe_account_and_credential_and_nev
     );
     let r = reconciler_for(&toml).await;
     let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
-    life.add("stripe", "acct_a", None, None).await.unwrap();
-    life.add(
+    life.add_account("stripe", "acct_a", None, None)
+        .await
+        .unwrap();
+    life.add_account(
         "stripe",
         "acct_b",
         None,
@@ -224,7 +226,7 @@ async fn each_accounts_reconcile_sends_its_stripe_account_and_credential_and_nev
     // Kept sealed: the database never holds the credential in the clear.
     assert_eq!(db.count("accounts WHERE credential IS NOT NULL"), 1);
     assert_eq!(db.count("accounts WHERE credential LIKE '%sk_acct_b%'"), 0);
-    let listed = serde_json::to_string(&life.list(Some("stripe")).await.unwrap()).unwrap();
+    let listed = serde_json::to_string(&life.accounts(Some("stripe")).await.unwrap()).unwrap();
     assert!(!listed.contains("sk_acct_b"), "{listed}");
     assert!(listed.contains("\"has_credential\":true"), "{listed}");
     // An account's conflict is settled through its own API too.
@@ -270,7 +272,7 @@ async fn an_account_added_under_serve_is_synced_within_seconds_and_a_failing_one
 
     let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
     for a in accounts {
-        life.add("stripe", a, None, None).await.unwrap();
+        life.add_account("stripe", a, None, None).await.unwrap();
     }
     // The first syncs start at once (not at the next tick), and the failing account
     // holds back none of the others.
@@ -483,7 +485,7 @@ async fn two_replicas_share_forty_accounts_and_never_run_one_twice_at_once() {
     let _other = tokio::spawn(async move { other.run_until(std::future::pending()).await });
     let life = lifecycle(&first, crate::helpers::store_on(&app.db).await);
     for a in &accounts {
-        life.add("stripe", a, None, None).await.unwrap();
+        life.add_account("stripe", a, None, None).await.unwrap();
     }
     // Every account-kind has run at least three times (first sync and two ticks).
     assert!(
@@ -590,7 +592,7 @@ run_at_start = false
         ("shop-a.myshopify.com", &shop_a, "shpat_a_token"),
         ("shop-b.myshopify.com", &shop_b, "shpat_b_token"),
     ] {
-        life.add(
+        life.add_account(
             "shopify",
             shop,
             Some(sim.api_base()),
@@ -769,7 +771,7 @@ run_at_start = false
             .count("resources WHERE account = 'shop-b.myshopify.com'"),
         1
     );
-    life.add(
+    life.add_account(
         "shopify",
         "shop-a.myshopify.com",
         Some(shop_a.api_base()),
@@ -841,8 +843,10 @@ async fn a_key_that_cannot_open_a_stored_credential_fails_that_account_only_and_
         PLATFORM_TOKEN,
     );
     let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
-    life.add("stripe", "acct_open", None, None).await.unwrap();
-    life.add(
+    life.add_account("stripe", "acct_open", None, None)
+        .await
+        .unwrap();
+    life.add_account(
         "stripe",
         "acct_sealed",
         None,
@@ -1041,7 +1045,7 @@ async fn an_erased_account_reaches_the_consumer_as_tombstones_and_leaves_no_stat
     let app = spawn_app_with(db, &toml).await;
     let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
     for acct in ["acct_a", "acct_b"] {
-        life.add("stripe", acct, None, None).await.unwrap();
+        life.add_account("stripe", acct, None, None).await.unwrap();
     }
     let t = chrono::Utc::now().timestamp() - 100;
     sim.set_clock(Some(t));
@@ -1080,7 +1084,7 @@ async fn an_erased_account_reaches_the_consumer_as_tombstones_and_leaves_no_stat
         "{:?}",
         consumer.delivered()
     );
-    let removed = life.remove("stripe", "acct_a", true).await.unwrap();
+    let removed = life.remove_account("stripe", "acct_a", true).await.unwrap();
     assert_eq!(removed.rows, 2);
     // One more change: cus_1 of A, deleted, no state (cus_2 was a tombstone already).
     assert!(
@@ -1208,7 +1212,9 @@ async fn a_one_shot_runs_failure_is_recorded_in_its_account_kinds_schedule_like_
     );
     let r = reconciler_for(&toml).await;
     let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
-    life.add("stripe", "acct_a", None, None).await.unwrap();
+    life.add_account("stripe", "acct_a", None, None)
+        .await
+        .unwrap();
     let run = || customers_once(&r, "acct_a");
     sim.fail_account("acct_a", true);
     assert!(matches!(run().await.status, RunStatus::Failed { .. }));
@@ -1286,13 +1292,13 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
     // A base on another origin and no credential of its own: its run fails, naming
     // the fix, and nothing is sent there.
     let life = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
-    life.add("stripe", "acct_away", Some(elsewhere.api_base()), None)
+    life.add_account("stripe", "acct_away", Some(elsewhere.api_base()), None)
         .await
         .unwrap();
     // A second `add` never moves a registered account's base (its credential would go
     // along), whatever it is moved to.
     let moved = life
-        .add("stripe", "acct_away", Some(sim.api_base()), None)
+        .add_account("stripe", "acct_away", Some(sim.api_base()), None)
         .await
         .unwrap_err()
         .to_string();
@@ -1312,7 +1318,7 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
         elsewhere.credentials()
     );
     // Given its own credential, it is asked with that one only.
-    life.add(
+    life.add_account(
         "stripe",
         "acct_away",
         Some(elsewhere.api_base()),

@@ -57,12 +57,12 @@ max_attempts = 1
 }
 
 async fn register(app: &TestApp, toml: &str, shops: &[(&str, &ProviderSim)]) {
-    let life = webhook_reconciler::accounts::lifecycle::Lifecycle::new(
+    let life = webhook_reconciler::operations::Operations::new(
         std::sync::Arc::new(webhook_reconciler::config::Config::from_toml_str(toml).unwrap()),
         crate::helpers::store_on(&app.db).await,
     );
     for (name, sim) in shops {
-        life.add(
+        life.add_account(
             "shopify",
             name,
             Some(sim.api_base()),

@@ -14,7 +14,7 @@ use std::time::Duration;
 mod schedule;
 mod sql;
 
-use crate::change::Key;
+use crate::change::{Key, PauseKey};
 use crate::db::{Conn, Db, DbError, DbTime};
 pub use schedule::{DueCount, DueStatus, Overdue};
 pub use sql::{Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
@@ -449,15 +449,10 @@ impl Bookkeeping {
         self.db.read(move |c| sql::runs_at(c, &k, &at)).await
     }
 
-    /// Pauses or resumes reconciling `kind` of `source` (`""`: the whole source), for
-    /// every replica and the one-shot command; whether anything changed.
-    pub async fn set_paused(
-        &self,
-        source: &str,
-        kind: &str,
-        paused: bool,
-    ) -> Result<bool, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
+    /// Pauses or resumes reconciling one kind or every kind of a source, for every
+    /// replica and the one-shot command; whether anything changed.
+    pub async fn set_paused(&self, key: &PauseKey, paused: bool) -> Result<bool, DbError> {
+        let (s, k) = (key.source.clone(), key.kinds.stored().to_string());
         self.db
             .write(move |c| sql::set_reconcile_paused(c, &s, &k, paused))
             .await

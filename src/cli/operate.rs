@@ -216,11 +216,11 @@ pub async fn explain(
         println!("{}", serde_json::to_string_pretty(&x)?);
         return Ok(found);
     }
-    let name = if x.account.is_empty() {
-        format!("{}/{}/{}", x.source, x.kind, x.id)
-    } else {
-        format!("{}[{}]/{}/{}", x.source, x.account, x.kind, x.id)
-    };
+    let name = format!(
+        "{}/{}",
+        crate::change::Key::new(&x.source, &x.kind).in_account(&x.account),
+        x.id
+    );
     match &x.row {
         None => println!("{name}: no row"),
         Some(r) => {
@@ -380,13 +380,7 @@ pub async fn pause(config: &Config, action: PauseAction) -> anyhow::Result<ExitC
                     .unwrap_or_default()
                     .into_iter()
                     .filter(|p| &p.source == source)
-                    .map(|p| {
-                        if p.kind.is_empty() {
-                            format!("{} (every kind)", p.source)
-                        } else {
-                            format!("{}/{}", p.source, p.kind)
-                        }
-                    })
+                    .map(|p| p.key().to_string())
                     .collect();
                 if !still.is_empty() {
                     println!("  still paused: {}", still.join(", "));

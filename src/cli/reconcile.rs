@@ -91,7 +91,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     for (source, kind) in &selected {
         let accounts = match &args.account {
-            Some(a) => vec![a.clone()],
+            Some(a) => vec![crate::change::Account::from_stored(a.as_str())],
             None => reconciler.accounts_of(source).await?,
         };
         runs.extend(accounts.into_iter().map(|a| (source, kind, a)));
@@ -103,7 +103,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
                 ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
-            bar.set_prefix(run_name(&source.name, &account, &kind.name));
+            bar.set_prefix(run_name(&source.name, account.stored(), &kind.name));
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
         });
@@ -154,11 +154,9 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
 
 /// `source/kind`, or `source[account]/kind` for an account of a many-account source.
 fn run_name(source: &str, account: &str, kind: &str) -> String {
-    if account.is_empty() {
-        format!("{source}/{kind}")
-    } else {
-        format!("{source}[{account}]/{kind}")
-    }
+    crate::change::Key::new(source, kind)
+        .in_account(account)
+        .to_string()
 }
 
 fn print_table(reports: &[KindReport]) {

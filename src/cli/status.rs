@@ -140,11 +140,7 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         }
     }
     for p in &st.paused {
-        let what = if p.kind.is_empty() {
-            format!("{} (every kind)", p.source)
-        } else {
-            format!("{}/{}", p.source, p.kind)
-        };
+        let what = p.key().to_string();
         let resume = format!(
             "webhook-reconciler reconcile resume {} {}",
             p.source, p.kind

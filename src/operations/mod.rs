@@ -225,11 +225,19 @@ impl Operations {
         }
         Ok(self
             .book
-            .set_paused(source, kind.unwrap_or(""), paused)
+            .set_paused(
+                &crate::change::PauseKey {
+                    source: source.to_string(),
+                    kinds: kind.map_or(crate::change::KindScope::Every, |k| {
+                        crate::change::KindScope::One(k.to_string())
+                    }),
+                },
+                paused,
+            )
             .await?)
     }
 
-    /// Every pause in force (kind `""`: the whole source).
+    /// Every pause in force (`PausedRow::key`: a kind or the whole source).
     pub async fn reconcile_pauses(&self) -> Result<Vec<PausedRow>, OpError> {
         Ok(self.book.pauses().await?)
     }

@@ -27,6 +27,7 @@ mod run;
 pub mod schedule;
 mod stages;
 mod sweep;
+mod write_order;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bookkeeping::{Bookkeeping, LeaseLost};
 pub use crate::bookkeeping::{Mode, RunCounts};
-use crate::change::Pointers;
+use crate::change::{Account, Pointers};
 use crate::config::{Action, Config, KindConfig, SourceConfig};
 use crate::db::DbError;
 use crate::ingest::Ingest;
@@ -234,12 +235,12 @@ impl Reconciler {
             .collect()
     }
 
-    /// The accounts a run of `source` covers: `""` (see
+    /// The accounts a run of `source` covers: its own (see
     /// [`SourceConfig::reconciles_own_account`]), then its enabled registered accounts.
-    pub async fn accounts_of(&self, source: &SourceConfig) -> Result<Vec<String>, DbError> {
+    pub async fn accounts_of(&self, source: &SourceConfig) -> Result<Vec<Account>, DbError> {
         let mut out = Vec::new();
         if source.reconciles_own_account() {
-            out.push(String::new());
+            out.push(Account::Own);
         }
         if source.accounts.is_some() {
             out.extend(
@@ -248,7 +249,7 @@ impl Reconciler {
                     .await?
                     .into_iter()
                     .filter(|a| a.enabled)
-                    .map(|a| a.account),
+                    .map(|a| Account::Named(a.account)),
             );
         }
         Ok(out)
@@ -263,16 +264,16 @@ impl Reconciler {
         self.senders.iter().find(|s| s.source() == source)
     }
 
-    /// The client for `account` of `source` (`""`: the source's own): its base URL,
-    /// credential and budget from the registry. An account whose credential cannot be
-    /// opened fails its own runs, nobody else's.
-    async fn sender_for(&self, source: &str, account: &str) -> Result<Sender, RunError> {
+    /// The client for `account` of `source`: the source's own, or a named account's
+    /// base URL, credential and budget from the registry. An account whose credential
+    /// cannot be opened fails its own runs, nobody else's.
+    async fn sender_for(&self, source: &str, account: &Account) -> Result<Sender, RunError> {
         let sender = self
             .sender(source)
             .ok_or_else(|| RunError::NoSender(source.to_string()))?;
-        if account.is_empty() {
+        let Account::Named(account) = account else {
             return Ok(sender.clone());
-        }
+        };
         let fail = |why: String| RunError::Account {
             account: account.to_string(),
             why,
@@ -301,7 +302,7 @@ impl Reconciler {
         cancel: &CancellationToken,
         progress: &(dyn Fn(&RunCounts) + Send + Sync),
     ) -> KindReport {
-        self.run_account_kind(source, kind, "", opts, cancel, progress)
+        self.run_account_kind(source, kind, &Account::Own, opts, cancel, progress)
             .await
     }
 
@@ -311,7 +312,7 @@ impl Reconciler {
         &self,
         source: &SourceConfig,
         kind: &KindConfig,
-        account: &str,
+        account: &Account,
         opts: &RunOptions,
         cancel: &CancellationToken,
         progress: &(dyn Fn(&RunCounts) + Send + Sync),
@@ -319,7 +320,7 @@ impl Reconciler {
         let span = tracing::info_span!(
             "reconcile",
             source = source.name,
-            account,
+            account = account.stored(),
             kind = kind.name,
             dry_run = opts.dry_run
         );
@@ -327,7 +328,7 @@ impl Reconciler {
             let started = Instant::now();
             let mut report = KindReport {
                 source: source.name.clone(),
-                account: account.to_string(),
+                account: account.stored().to_string(),
                 kind: kind.name.clone(),
                 status: RunStatus::Succeeded,
                 dry_run: opts.dry_run,
@@ -370,8 +371,10 @@ impl Reconciler {
             if let (RunStatus::Failed { error }, false, false) =
                 (&report.status, opts.dry_run, report.due_recorded)
             {
-                let key = crate::change::Key::new(source.name.as_str(), kind.name.as_str())
-                    .in_account(account);
+                let key = crate::change::Key {
+                    account: account.clone(),
+                    ..crate::change::Key::new(source.name.as_str(), kind.name.as_str())
+                };
                 if let Err(e) = self
                     .book
                     .finish_due(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Reconciler, RunCounts, RunError, compare, item_pointers};
 use crate::change::tie::Guard;
-use crate::change::{Change, Key};
+use crate::change::{Account, Change, Key};
 
 /// How often [`Reconciler::resolve_in`] fetches a resource versioned by fetch time
 /// while the sender's clock is still in the second of the local row.
@@ -111,7 +111,7 @@ impl Reconciler {
             return Err(FetchError::NoGet(format!("{source}/{kind}")));
         }
         let sender = self
-            .sender_for(source, account)
+            .sender_for(source, &Account::from_stored(account))
             .await
             .map_err(|e| match e {
                 RunError::Account { .. } | RunError::NoSender(_) => {

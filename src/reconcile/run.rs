@@ -7,7 +7,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::{KindReport, Reconciler, RunCounts, RunError, RunOptions, RunStatus};
 use crate::bookkeeping::{Lease, RunState};
-use crate::change::Key;
+use crate::change::{Account, Key};
 use crate::config::{KindConfig, SourceConfig};
 use crate::sender::SenderError;
 
@@ -19,8 +19,7 @@ const LEASE_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// The context of one run, passed down once.
 pub(super) struct Run<'a> {
     pub source: &'a SourceConfig,
-    /// The account of a many-account source; `""` for a single-account one.
-    pub account: &'a str,
+    pub account: &'a Account,
     pub kind: &'a KindConfig,
     pub opts: &'a RunOptions,
     pub report: &'a mut KindReport,
@@ -31,7 +30,11 @@ pub(super) struct Run<'a> {
 impl Run<'_> {
     /// The run's lease, records and rows: its source's kind (or catch-up).
     pub fn key(&self) -> Key {
-        Key::new(&self.source.name, &self.kind.name).in_account(self.account)
+        Key {
+            source: self.source.name.clone(),
+            account: self.account.clone(),
+            kind: self.kind.name.clone(),
+        }
     }
 }
 

@@ -235,8 +235,8 @@ impl KindLoop {
             .await?
             .into_iter()
             .map(|a| {
-                let first = a.is_empty().then_some(next);
-                (a, first)
+                let first = a.is_own().then_some(next);
+                (a.stored().to_string(), first)
             })
             .collect();
         book.sync_schedule(&self.source, &self.kind, accounts, listed_at)
@@ -285,7 +285,7 @@ impl KindLoop {
             .run_account_kind(
                 &s,
                 &k,
-                account,
+                &crate::change::Account::from_stored(account),
                 &RunOptions::default(),
                 &self.cancel,
                 &|_| {},

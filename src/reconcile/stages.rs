@@ -147,7 +147,8 @@ fn read_item(
     let read = pointers
         .read(item, &key.source, &kind.name)
         .map(|mut c| {
-            c.account.clone_from(&key.account);
+            c.account.clear();
+            c.account.push_str(key.account.stored());
             if let Some(date) = date {
                 c.version = date;
             }

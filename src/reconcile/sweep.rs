@@ -12,6 +12,7 @@ use super::plan::Plan;
 use super::progress::ProgressGuard;
 use super::run::{DRY_RUN_EXAMPLES, Run};
 use super::stages::{ReadItem, fetch_pages, read_page};
+use super::write_order::{InFlight, Record, WriteOrder};
 use super::{Mode, Reconciler, RunCounts, RunError, compare};
 use crate::bookkeeping::RunId;
 use crate::change::Change;
@@ -104,11 +105,11 @@ impl Reconciler {
         // page before it (at first, where this run started).
         let mut writes = Writes {
             in_flight: None,
-            committed_at: at
-                .as_ref()
-                .filter(|_| mode == Mode::Full)
-                .map(|n| (n.encode(), sweep_started)),
-            failed: false,
+            order: WriteOrder::new(
+                at.as_ref()
+                    .filter(|_| mode == Mode::Full)
+                    .map(|n| (n.encode(), sweep_started)),
+            ),
         };
         let listed: Result<(), RunError> = async {
             loop {
@@ -319,13 +320,11 @@ impl Reconciler {
             }
             return Ok(());
         };
-        // A previous page already committed is finished first: its position, not an
-        // older one, is then the one this page's commit records. So is any previous
-        // page of a full sweep before its last, whose commit clears the resume point:
-        // the previous page's must not land after it and leave one behind.
-        if writes.in_flight.as_ref().is_some_and(|w| {
-            w.write.is_finished() || (resume_at.is_none() && w.resume_at.is_some())
-        }) {
+        let in_flight = writes.in_flight.as_ref().map(|w| InFlight {
+            finished: w.write.is_finished(),
+            has_position: w.resume_at.is_some(),
+        });
+        if WriteOrder::finish_first(in_flight, &resume_at) {
             self.drain_writes(run, writes).await?;
         }
         let mut changes = changes;
@@ -337,21 +336,14 @@ impl Reconciler {
             .map(|i| (indexes[i], changes.swap_remove(i)))
             .unzip();
         let batch: Arc<[Change]> = batch.into();
-        // With no page in flight, the page's commit records its own position. Else it
-        // may land before the previous page's, so it records the position known
-        // committed now, or, when none is yet, leaves the checkpoint as it is (the
-        // previous page may have recorded its own); its counts lack the previous page's
-        // applied rows (the run's end records all). Clearing (the last page, a run not
-        // worth resuming) is always safe: the run starts over.
-        let (recorded_at, keep) = match (&writes.in_flight, &resume_at, &writes.committed_at) {
-            (None, _, _) | (Some(_), None, _) => (resume_at.clone(), false),
-            (Some(_), Some(_), Some(committed)) => (Some(committed.clone()), false),
-            (Some(_), Some(_), None) => (None, true),
+        // With a page in flight, this page's counts lack its applied rows (the run's
+        // end records all).
+        let mark = match writes.order.record(writes.in_flight.is_some(), &resume_at) {
+            Record::At(at) => self.page_mark(run, run_id, at, run.report.counts),
+            Record::Keep => self
+                .page_mark(run, run_id, None, run.report.counts)
+                .keeping_checkpoint(),
         };
-        let mut mark = self.page_mark(run, run_id, recorded_at, run.report.counts);
-        if keep {
-            mark = mark.keeping_checkpoint();
-        }
         let (store, pending_batch) = (self.store.clone(), batch.clone());
         let write = AbortOnDropHandle::new(tokio::spawn(async move {
             let started = Instant::now();
@@ -421,12 +413,10 @@ impl Reconciler {
             Err(e) => Err(e.into()),
         };
         if let Err(e) = written {
-            writes.failed = true;
+            writes.order.failed();
             return Err(e);
         }
-        if !writes.failed {
-            writes.committed_at = pending.resume_at;
-        }
+        writes.order.committed(pending.resume_at.clone());
         self.settle_ambiguous(run, &pending.ambiguous).await;
         Ok(())
     }
@@ -440,12 +430,7 @@ impl Reconciler {
         writes: &Writes,
         pending: &PendingWrite,
     ) -> Result<(), RunError> {
-        let before = writes.committed_at.clone();
-        let after = if writes.failed {
-            before.clone()
-        } else {
-            pending.resume_at.clone()
-        };
+        let (before, after) = writes.order.one_by_one(&pending.resume_at);
         for (index, change) in pending.batch_indexes.iter().zip(pending.batch.iter()) {
             let one: Arc<[Change]> = Arc::new([change.clone()]);
             let mark = self.page_mark(run, pending.run_id, before.clone(), run.report.counts);
@@ -473,7 +458,7 @@ impl Reconciler {
     /// recorded (a page's own commit may have recorded an earlier one). Best effort:
     /// the database may be what failed, and a lost lease is not ours to write.
     async fn record_resume_point(&self, run: &Run<'_>, writes: &Writes, run_id: Option<RunId>) {
-        let (Some(run_id), Some(at)) = (run_id, writes.committed_at.clone()) else {
+        let (Some(run_id), Some(at)) = (run_id, writes.order.committed_at()) else {
             return;
         };
         let mark = self.page_mark(run, run_id, Some(at), run.report.counts);
@@ -526,10 +511,8 @@ struct ResourcePages {
 /// The sweep's page writes: at most one still in flight while the next is compared.
 struct Writes {
     in_flight: Option<PendingWrite>,
-    /// Where a full sweep resumes: after the last page committed with all before it.
-    committed_at: Option<(String, crate::db::DbTime)>,
-    /// A page's write failed: later commits no longer move `committed_at`.
-    failed: bool,
+    /// Where a full sweep resumes (`write_order`'s rules).
+    order: WriteOrder<(String, crate::db::DbTime)>,
 }
 
 /// A page's transaction on its own task, and what finishing it needs.

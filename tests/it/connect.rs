@@ -10,6 +10,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use webhook_reconciler::change::Account;
 use webhook_reconciler::config::Config;
 use webhook_reconciler::operations::Operations;
 use webhook_reconciler::reconcile::{RunOptions, RunStatus};
@@ -181,7 +182,14 @@ async fn each_accounts_reconcile_sends_its_stripe_account_and_credential_and_nev
         .map(|(s, k)| (s.clone(), k.clone()))
         .unwrap();
     let accounts = r.accounts_of(&s).await.unwrap();
-    assert_eq!(accounts, ["", "acct_a", "acct_b"]);
+    assert_eq!(
+        accounts,
+        [
+            Account::Own,
+            Account::Named("acct_a".into()),
+            Account::Named("acct_b".into())
+        ]
+    );
     for account in &accounts {
         let report = r
             .run_account_kind(
@@ -194,7 +202,7 @@ async fn each_accounts_reconcile_sends_its_stripe_account_and_credential_and_nev
             )
             .await;
         assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
-        assert_eq!(&report.account, account);
+        assert_eq!(report.account, account.stored());
     }
     assert_eq!(names(&db, "acct_a"), [("cus_1".into(), "A's".into())]);
     assert_eq!(
@@ -1353,7 +1361,7 @@ async fn customers_once(
     r.run_account_kind(
         &s,
         &k,
-        account,
+        &Account::Named(account.to_string()),
         &RunOptions::default(),
         &CancellationToken::new(),
         &|_| {},

@@ -175,13 +175,19 @@ app_key = {{ file = "{}" }}
         .map(|(s, k)| (s.clone(), k.clone()))
         .unwrap();
     // No token of its own: the App's installations are its only accounts.
-    assert_eq!(r.accounts_of(&s).await.unwrap(), ["42", "43"]);
+    assert_eq!(
+        r.accounts_of(&s).await.unwrap(),
+        [
+            webhook_reconciler::change::Account::Named("42".into()),
+            webhook_reconciler::change::Account::Named("43".into())
+        ]
+    );
     for installation in ["42", "43"] {
         let report = r
             .run_account_kind(
                 &s,
                 &k,
-                installation,
+                &webhook_reconciler::change::Account::Named(installation.to_string()),
                 &RunOptions::default(),
                 &CancellationToken::new(),
                 &|_| {},

@@ -80,7 +80,7 @@ pub(crate) fn due_now(conn: &mut Conn, key: &Key) -> diesel::QueryResult<()> {
     );
     on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .execute(c))?;
     Ok(())
@@ -174,7 +174,7 @@ pub(crate) fn finish(
     );
     on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(status)
         .bind::<Nullable<Text>, _>(error)
@@ -270,7 +270,7 @@ pub(crate) fn make_due(conn: &mut Conn, key: &Key) -> diesel::QueryResult<bool> 
     );
     let n = on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .execute(c))?;
     Ok(n > 0)

@@ -35,7 +35,7 @@ pub(crate) fn acquire_lease(
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(holder)
         .bind::<Double, _>(ttl_secs)
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .execute(c))?;
     current_lease(conn, key)?.ok_or(diesel::result::Error::NotFound)
 }
@@ -56,7 +56,7 @@ pub(crate) fn current_lease(
     let mut rows: Vec<LeaseRow> = on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .load(c))?;
     rows.pop()
         .map(|r| Ok((r.holder, DbTime::parse(&r.expires_at)?)))
@@ -87,7 +87,7 @@ pub(crate) fn take_over_lease(
         .bind::<Text, _>(dead)
         .bind::<Text, _>(holder)
         .bind::<Double, _>(ttl_secs)
-        .bind::<Text, _>(key.account.as_str()))
+        .bind::<Text, _>(key.account.stored()))
         .execute(c))?;
     Ok(n == 1)
 }
@@ -139,7 +139,7 @@ pub(crate) fn renew_lease_and_record_page(
     let renewed: Count = prepared(bind_counts!(
         q.bind::<Text, _>(key.source.as_str())
             .bind::<Text, _>(key.kind.as_str())
-            .bind::<Text, _>(key.account.as_str())
+            .bind::<Text, _>(key.account.stored())
             .bind::<Text, _>(holder)
             .bind::<Double, _>(ttl_secs)
             .bind::<Text, _>(position)
@@ -170,7 +170,7 @@ pub(crate) fn release_lease(conn: &mut Conn, key: &Key, holder: &str) -> diesel:
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(holder)
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .execute(c))?;
     Ok(())
 }

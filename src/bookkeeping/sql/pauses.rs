@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Pauses (or resumes) reconciling `kind` of `source` (`""`: every kind of it);
+/// Pauses (or resumes) reconciling `kind` of `source` (stored `""`: every kind of it);
 /// whether anything changed.
 pub(crate) fn set_reconcile_paused(
     conn: &mut Conn,
@@ -40,7 +40,8 @@ pub(crate) fn reconcile_paused(
     )
 }
 
-/// Every pause, as (source, kind) (`kind` `""`: the whole source).
+/// Every pause, as (source, kind) (`kind` `""`: the whole source; [`PausedRow::key`]
+/// says which).
 #[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
 pub struct PausedRow {
     #[diesel(sql_type = Text)]
@@ -49,6 +50,15 @@ pub struct PausedRow {
     pub kind: String,
     #[diesel(sql_type = Text)]
     pub paused_at: String,
+}
+
+impl PausedRow {
+    pub fn key(&self) -> crate::change::PauseKey {
+        crate::change::PauseKey {
+            source: self.source.clone(),
+            kinds: crate::change::KindScope::from_stored(self.kind.as_str()),
+        }
+    }
 }
 
 pub(crate) fn paused_rows(conn: &mut Conn) -> diesel::QueryResult<Vec<PausedRow>> {

@@ -15,7 +15,7 @@ pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::Query
             now(b)
         ),
     );
-    on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.as_str()).execute(c))?;
+    on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored()).execute(c))?;
     let q = query(
         b,
         "INSERT INTO reconcile_runs (source, kind, mode, status, account) VALUES ($1, $2, $3, 'running', $4) RETURNING id",
@@ -24,7 +24,7 @@ pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::Query
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(mode.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .get_result(c))?;
     Ok(r.id)
 }
@@ -154,7 +154,7 @@ pub(crate) fn recent_runs(
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<BigInt, _>(limit)
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .load(c))
 }
 
@@ -167,7 +167,7 @@ pub(crate) fn last_full_sweep_size(conn: &mut Conn, key: &Key) -> diesel::QueryR
     );
     let mut rows: Vec<N> = on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(Mode::Full.as_str())
         .bind::<Text, _>(RunState::Succeeded.as_str())
@@ -191,7 +191,7 @@ pub(crate) fn runs_at(conn: &mut Conn, key: &Key, at: &str) -> diesel::QueryResu
     );
     on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(at)
         .load(c))

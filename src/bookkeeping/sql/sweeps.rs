@@ -31,7 +31,7 @@ pub(crate) fn checkpoint(conn: &mut Conn, key: &Key) -> diesel::QueryResult<Opti
     let mut rows: Vec<CheckpointRow> = on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .load(c))?;
     rows.pop()
         .map(|r| {
@@ -68,7 +68,7 @@ pub(crate) fn set_checkpoint(
                 .bind::<Text, _>(key.kind.as_str())
                 .bind::<Text, _>(position)
                 .bind::<Text, _>(sweep_started_at.to_db(b))
-                .bind::<Text, _>(key.account.as_str()))
+                .bind::<Text, _>(key.account.stored()))
                 .execute(c))?;
         }
         None => {
@@ -76,7 +76,7 @@ pub(crate) fn set_checkpoint(
                 b,
                 "DELETE FROM reconcile_checkpoints WHERE source = $1 AND kind = $2 AND account = $3",
             );
-            on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.as_str()).execute(c))?;
+            on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored()).execute(c))?;
         }
     }
     Ok(())
@@ -109,7 +109,7 @@ pub(crate) fn sweep_state(
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Double, _>(full_every_secs)
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .load(c))?;
     Ok(rows.pop().unwrap_or(SweepState {
         watermark: None,
@@ -142,7 +142,7 @@ pub(crate) fn save_sweep_state(
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Nullable<BigInt>, _>(watermark)
         .bind::<Nullable<Text>, _>(full_sweep_started.map(|t| t.to_db(b)))
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .execute(c))?;
     Ok(())
 }

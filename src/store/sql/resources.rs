@@ -274,7 +274,7 @@ pub(crate) fn stored_rows_in_range(
     );
     let q = query(b, &sql)
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(low)
         .bind::<Text, _>(high)
@@ -337,7 +337,7 @@ fn rows_by_id(
                      (SELECT {columns} FROM resources WHERE source = $1 AND account = $2 AND kind = $3 AND id = u.id LIMIT 1) r"
                 ))
                 .bind::<Text, _>(key.source.as_str())
-                .bind::<Text, _>(key.account.as_str())
+                .bind::<Text, _>(key.account.stored())
                 .bind::<Text, _>(key.kind.as_str())
                 .bind::<Array<Text>, _>(unique),
             )
@@ -351,7 +351,7 @@ fn rows_by_id(
             let mut q = query(b, &sql)
                 .into_boxed()
                 .bind::<Text, _>(key.source.as_str())
-                .bind::<Text, _>(key.account.as_str())
+                .bind::<Text, _>(key.account.stored())
                 .bind::<Text, _>(key.kind.as_str());
             for id in ids {
                 q = q.bind::<Text, _>(*id);
@@ -390,7 +390,7 @@ pub(crate) fn live_ids_before(
         .bind::<Text, _>(before.to_db(b))
         .bind::<Text, _>(after)
         .bind::<BigInt, _>(limit)
-        .bind::<Text, _>(key.account.as_str()))
+        .bind::<Text, _>(key.account.stored()))
         .load(c))?;
     Ok(rows.into_iter().map(|r| r.id).collect())
 }
@@ -424,7 +424,7 @@ pub(crate) fn tombstone(
             .bind::<Text, _>(key.source.as_str())
             .bind::<Text, _>(key.kind.as_str())
             .bind::<Text, _>(before.to_db(b))
-            .bind::<Text, _>(key.account.as_str());
+            .bind::<Text, _>(key.account.stored());
         for id in ids {
             q = q.bind::<Text, _>(*id);
         }
@@ -458,7 +458,7 @@ pub(crate) fn count_live(conn: &mut Conn, key: &Key) -> diesel::QueryResult<i64>
     );
     let r: LiveCount = on_conn!(conn, c => q
         .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.account.as_str())
+        .bind::<Text, _>(key.account.stored())
         .bind::<Text, _>(key.kind.as_str())
         .get_result(c))?;
     Ok(r.n)

@@ -2,7 +2,9 @@
 //! accounts, Shopify shops, GitHub App installations. The registry (`accounts`, owned
 //! here) says which accounts a many-account source serves; a delivery is applied to the
 //! account its signed body names only when that account is registered and enabled.
-//! [`credential`] seals an account's credential at rest.
+//! An account's credential is sealed at rest by `crate::credential`; `lifecycle` holds
+//! the registry's own rules (an account id's shape, the one removal sequence). The
+//! operator adds and removes accounts through `operations`.
 
 pub mod lifecycle;
 mod sql;

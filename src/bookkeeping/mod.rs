@@ -1,6 +1,7 @@
-//! Reconcile bookkeeping behind typed methods: the lease on a kind, the run record, the
-//! checkpoint of an unfinished sweep and the incremental watermark. The reconcile flow
-//! calls these and `store`; it holds no database handle and runs no SQL.
+//! Reconcile bookkeeping behind typed methods: the lease on an account-kind, the run
+//! record, the checkpoint of an unfinished sweep, the incremental watermark, pauses, and
+//! the one schedule (`schedule`: when each account-kind is due, claimed, ended). The
+//! reconcile flow calls these and `store`; it holds no database handle and runs no SQL.
 //!
 //! A page's write and its bookkeeping commit together: the flow hands `store` a
 //! [`PageMark`] built here, and `store` records it in the transaction that writes the

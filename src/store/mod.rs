@@ -5,8 +5,10 @@
 //! (`store::sql::upsert_sql`), differing only in the tie rule ([`Guard`]). What a
 //! delivery leaves to fetch is recorded in its claim's transaction (`fetches`).
 //!
-//! Invariant: an event's claim and its effect commit in one transaction. There is no
-//! "have I seen this id?" read anywhere: the primary key of `processed_events` decides.
+//! Invariant: an event's claim and its effect commit in one transaction. The database is
+//! never asked "have I seen this id?" before a claim: the primary key of
+//! `processed_events` decides (`webhook::recent` answers a retry of an id this process
+//! claimed from memory, without a transaction).
 
 mod fetches;
 mod group_commit;

@@ -1,6 +1,8 @@
-//! The webhook flow for one source: verify -> parse -> ingest (mapping, claim, guarded
-//! write, dead letter: `crate::ingest`, shared with catch-up). Independent of the HTTP
-//! framework: `http` turns [`Rejection`]s into status codes.
+//! The webhook flow for one source: verify (`verify`) -> parse (`ingest::envelope`) ->
+//! a retry of an id this process claimed answered from memory (`recent`) -> ingest
+//! (mapping, claim, guarded write, dead letter: `crate::ingest`, shared with catch-up and
+//! dead letters retried). Independent of the HTTP framework: `http` turns
+//! [`Rejection`]s into status codes.
 
 pub mod recent;
 pub mod verify;

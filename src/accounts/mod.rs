@@ -44,6 +44,44 @@ pub enum AddError {
     Db(#[from] DbError),
 }
 
+/// A deliberate change of an account's access (`accounts set`, `PATCH`).
+#[derive(Debug, Default)]
+pub struct AccessChange {
+    /// `None`: unchanged; `Some(None)`: cleared (the source's template or base again).
+    pub api_base: Option<Option<String>>,
+    /// A new credential (`None`: the kept one, which cannot follow a new base).
+    pub credential: Option<SecretString>,
+}
+
+/// Why an account's access could not be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetError {
+    #[error(
+        "account {account:?} keeps a credential given for its current api_base; a new base needs its credential given again (--token-file FILE or --token-env VAR; \"credential\" in the admin API)"
+    )]
+    CredentialStays { account: String },
+    #[error(
+        "a credential is kept encrypted with accounts.key, which is not set; make one with `webhook-reconciler secret new --raw` and set accounts.key"
+    )]
+    NoKey,
+    #[error(
+        "the account changed while this change was made; look at it again (accounts list) and retry"
+    )]
+    Concurrent,
+    #[error(transparent)]
+    Seal(#[from] credential::CredentialError),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+/// What `rekey` did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Rekeyed {
+    pub resealed: usize,
+    /// (source, account, why) of each credential left as it was.
+    pub failed: Vec<(String, String, String)>,
+}
+
 /// Why an account's credential could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum AccessError {
@@ -69,7 +107,8 @@ impl Accounts {
     }
 
     /// Registers `account` of `source` (enabled again if it was disabled), with its own
-    /// API base and credential sealed by `key` (those not given are kept).
+    /// API base and credential sealed by `key`, bound to the base (those not given are
+    /// kept). A registered account's base is never changed here (`set` does that).
     pub async fn add(
         &self,
         source: &str,
@@ -77,19 +116,30 @@ impl Accounts {
         api_base: Option<String>,
         credential: Option<(&credential::AccountsKey, &SecretString)>,
     ) -> Result<(), AddError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        let row = self.db.read(move |c| sql::access(c, &s, &a)).await?;
+        let registered = row.as_ref().map(|r| r.api_base.clone());
+        if let (Some(given), Some(registered)) = (&api_base, &registered) {
+            if registered.as_deref() != Some(given.as_str()) {
+                return Err(AddError::OtherBase {
+                    account: account.to_string(),
+                    registered: registered.clone(),
+                });
+            }
+        }
+        let base = api_base.clone().or(registered.clone().flatten());
         let sealed = credential
-            .map(|(key, c)| key.seal(source, account, c))
+            .map(|(key, c)| key.seal(source, account, base.as_deref(), c))
             .transpose()?;
         let (s, a) = (source.to_string(), account.to_string());
         let kept = self
             .db
             .write(move |c| {
-                // Checked in the same transaction as the write: an account's base is
-                // never changed by a second `add` (its credential would go along to it).
-                if let (Some(given), Some(row)) = (&api_base, sql::access(c, &s, &a)?) {
-                    if row.api_base.as_deref() != Some(given.as_str()) {
-                        return Ok(Err(row.api_base));
-                    }
+                // Checked again in the write's transaction: the credential was sealed
+                // for the base read above.
+                let now = sql::access(c, &s, &a)?.map(|r| r.api_base);
+                if now.is_some() && now != registered {
+                    return Ok(Err(now.flatten()));
                 }
                 sql::add(c, &s, &a, api_base.as_deref(), sealed.as_deref()).map(Ok)
             })
@@ -100,22 +150,136 @@ impl Accounts {
         })
     }
 
-    /// How to reach `account`'s API: its base URL and credential (opened with `key`).
-    /// `Ok(None)`: not registered. A credential `key` cannot open fails this account only.
+    /// Changes a registered account's base and/or credential deliberately (`accounts
+    /// set`). A new base takes a new credential with it when the account keeps one: the
+    /// old one was given for the old base and never follows it. `Ok(false)`: not
+    /// registered.
+    pub async fn set(
+        &self,
+        source: &str,
+        account: &str,
+        change: AccessChange,
+        key: Option<&credential::AccountsKey>,
+    ) -> Result<bool, SetError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        let Some(row) = self.db.read(move |c| sql::access(c, &s, &a)).await? else {
+            return Ok(false);
+        };
+        let base = match &change.api_base {
+            None => row.api_base.clone(),
+            Some(b) => b.clone(),
+        };
+        let moved = base != row.api_base;
+        let sealed = match (&change.credential, key) {
+            (Some(c), Some(key)) => Some(key.seal(source, account, base.as_deref(), c)?),
+            (Some(_), None) => return Err(SetError::NoKey),
+            (None, _) if moved && row.credential.is_some() => {
+                return Err(SetError::CredentialStays {
+                    account: account.to_string(),
+                });
+            }
+            (None, _) => row.credential.clone(),
+        };
+        let (s, a) = (source.to_string(), account.to_string());
+        let replaced = self
+            .db
+            .write(move |c| {
+                sql::replace_access(
+                    c,
+                    &s,
+                    &a,
+                    (row.api_base.as_deref(), row.credential.as_deref()),
+                    (base.as_deref(), sealed.as_deref()),
+                )
+            })
+            .await?;
+        if replaced {
+            Ok(true)
+        } else {
+            Err(SetError::Concurrent)
+        }
+    }
+
+    /// Re-seals every kept credential under `keys.key` (opened with it or with
+    /// `keys.previous`), each bound to its account's base: after it, `previous` can go.
+    /// Each account is its own write, so every credential opens at every moment.
+    pub async fn rekey(&self, keys: credential::Keys<'_>) -> Result<Rekeyed, DbError> {
+        let rows = self.db.read(sql::sealed_credentials).await?;
+        let mut out = Rekeyed::default();
+        for row in rows {
+            let plain = match keys.open_any_form(
+                &row.source,
+                &row.account,
+                row.api_base.as_deref(),
+                &row.credential,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    out.failed.push((row.source, row.account, e.to_string()));
+                    continue;
+                }
+            };
+            let sealed =
+                match keys
+                    .key
+                    .seal(&row.source, &row.account, row.api_base.as_deref(), &plain)
+                {
+                    Ok(s) => s,
+                    Err(e) => {
+                        out.failed.push((row.source, row.account, e.to_string()));
+                        continue;
+                    }
+                };
+            let (s, a, base, old) = (
+                row.source.clone(),
+                row.account.clone(),
+                row.api_base.clone(),
+                row.credential,
+            );
+            let done = self
+                .db
+                .write(move |c| {
+                    sql::replace_access(
+                        c,
+                        &s,
+                        &a,
+                        (base.as_deref(), Some(&old)),
+                        (base.as_deref(), Some(&sealed)),
+                    )
+                })
+                .await?;
+            if done {
+                out.resealed += 1;
+            } else {
+                out.failed.push((
+                    row.source,
+                    row.account,
+                    "changed while it was re-sealed; run rekey again".into(),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// How to reach `account`'s API: its base URL and credential (opened with `keys`,
+    /// bound to that base). `Ok(None)`: not registered. A credential the keys cannot
+    /// open fails this account only.
     pub async fn access(
         &self,
         source: &str,
         account: &str,
-        key: Option<&credential::AccountsKey>,
+        keys: Option<credential::Keys<'_>>,
     ) -> Result<Option<Access>, AccessError> {
         let (s, a) = (source.to_string(), account.to_string());
         let Some(row) = self.db.read(move |c| sql::access(c, &s, &a)).await? else {
             return Ok(None);
         };
-        let credential = match (row.credential, key) {
+        let credential = match (row.credential, keys) {
             (None, _) => None,
             (Some(_), None) => return Err(AccessError::NoKey),
-            (Some(sealed), Some(key)) => Some(key.open(source, account, &sealed)?),
+            (Some(sealed), Some(keys)) => {
+                Some(keys.open(source, account, row.api_base.as_deref(), &sealed)?)
+            }
         };
         Ok(Some(Access {
             enabled: row.enabled,

@@ -77,6 +77,54 @@ pub(crate) fn access(
     on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).get_result(c).optional())
 }
 
+/// Sets an account's base and sealed credential, only if they are still `was` (another
+/// writer's change in between is not overwritten); whether it was.
+pub(crate) fn replace_access(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    was: (Option<&str>, Option<&str>),
+    now: (Option<&str>, Option<&str>),
+) -> diesel::QueryResult<bool> {
+    let q = query(
+        conn.backend(),
+        "UPDATE accounts SET api_base = $5, credential = $6 WHERE source = $1 AND account = $2 \
+             AND COALESCE(api_base, '') = COALESCE($3, '') AND COALESCE(credential, '') = COALESCE($4, '')",
+    );
+    let n = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(account)
+        .bind::<Nullable<Text>, _>(was.0)
+        .bind::<Nullable<Text>, _>(was.1)
+        .bind::<Nullable<Text>, _>(now.0)
+        .bind::<Nullable<Text>, _>(now.1)
+        .execute(c))?;
+    Ok(n == 1)
+}
+
+/// One account's kept credential (for re-sealing).
+#[derive(diesel::QueryableByName)]
+pub(crate) struct SealedRow {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub account: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub api_base: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub credential: String,
+}
+
+/// Every kept credential, by source and account.
+pub(crate) fn sealed_credentials(conn: &mut Conn) -> diesel::QueryResult<Vec<SealedRow>> {
+    let q = query(
+        conn.backend(),
+        "SELECT source, account, api_base, credential FROM accounts \
+             WHERE credential IS NOT NULL ORDER BY source, account",
+    );
+    on_conn!(conn, c => q.load(c))
+}
+
 /// The accounts of `source` (every source's with `""`), by source and account.
 pub(crate) fn list(conn: &mut Conn, source: &str) -> diesel::QueryResult<Vec<AccountRow>> {
     let b = conn.backend();

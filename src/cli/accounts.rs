@@ -19,12 +19,16 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
         AccountsAction::Add {
             source, account, ..
         }
+        | AccountsAction::Set {
+            source, account, ..
+        }
         | AccountsAction::Disable { source, account }
         | AccountsAction::Enable { source, account }
         | AccountsAction::Remove {
             source, account, ..
         } => (Some(source.as_str()), Some(account.as_str())),
         AccountsAction::List { source, .. } => (source.as_deref(), None),
+        AccountsAction::Rekey { .. } => (None, None),
     };
     if let Some(source) = source {
         if let Err(e) = Operations::check_account_request(config, source, account) {
@@ -34,6 +38,11 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
     }
     let credential = match &action {
         AccountsAction::Add {
+            token_file,
+            token_env,
+            ..
+        }
+        | AccountsAction::Set {
             token_file,
             token_env,
             ..
@@ -87,6 +96,50 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
                 }
             }
             return Ok(ExitCode::SUCCESS);
+        }
+        AccountsAction::Set {
+            source,
+            account,
+            api_base,
+            clear_api_base,
+            ..
+        } => {
+            let change = crate::accounts::AccessChange {
+                api_base: if clear_api_base {
+                    Some(None)
+                } else {
+                    api_base.map(Some)
+                },
+                credential,
+            };
+            ops.set_account(&source, &account, change).await.map(|()| {
+                format!("{source}: account {account} changed; its next run uses the new access")
+            })
+        }
+        AccountsAction::Rekey { json } => {
+            let done = match ops.rekey_accounts().await {
+                Ok(done) => done,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(code(&e));
+                }
+            };
+            if json {
+                println!("{}", serde_json::to_string(&done)?);
+            } else {
+                println!(
+                    "{} credential(s) re-sealed under accounts.key",
+                    done.resealed
+                );
+                for (source, account, why) in &done.failed {
+                    println!("  {source} {account}: left as it was: {why}");
+                }
+            }
+            return Ok(if done.failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_FAILED)
+            });
         }
         AccountsAction::Disable { source, account } => ops
             .set_account_enabled(&source, &account, false)

@@ -166,6 +166,33 @@ pub enum AccountsAction {
         #[arg(long)]
         api_base: Option<String>,
     },
+    /// Change a registered account's API base or credential. A new base needs the
+    /// credential again when the account keeps one (it was given for the old base).
+    Set {
+        source: String,
+        account: String,
+        /// The account's new API credential, read from this file.
+        #[arg(long, conflicts_with = "token_env")]
+        token_file: Option<String>,
+        /// The account's new API credential, read from this environment variable.
+        #[arg(long)]
+        token_env: Option<String>,
+        /// The account's new API base URL (under the source's accounts.api_bases).
+        #[arg(long, conflicts_with = "clear_api_base")]
+        api_base: Option<String>,
+        /// Forget the account's own base: the source's template or base again.
+        #[arg(long)]
+        clear_api_base: bool,
+    },
+    /// Re-seal every kept credential under accounts.key (opened with it or with
+    /// accounts.previous_key), each bound to its account's base. Run it after setting
+    /// the new key as accounts.key and the old one as accounts.previous_key; then the
+    /// previous key can go.
+    Rekey {
+        /// Print machine-readable results on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// The registered accounts, of one source or all.
     List {
         source: Option<String>,

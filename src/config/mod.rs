@@ -13,6 +13,7 @@
 //! | `types` | the validated configuration the crate reads |
 //! | `secret` | secret references (`{ env }`, `{ file }`) and their redacted types |
 
+pub mod base_prefix;
 pub mod defaults;
 pub mod otel;
 mod raw;

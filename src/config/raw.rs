@@ -178,6 +178,9 @@ pub struct RawSourceAccounts {
     pub app_key: Option<RawSecret>,
     /// How many account-kinds one process reconciles at once (default 4).
     pub concurrency: Option<u32>,
+    /// Where an account's own `api_base` may point: prefixes, `*` one host label or the
+    /// port (default: the preset's sender and the source's own `api_base`).
+    pub api_bases: Option<Vec<String>>,
 }
 
 /// `[accounts]`: settings of every many-account source.
@@ -187,6 +190,9 @@ pub struct RawAccounts {
     /// The key account credentials are sealed with: a secret reference to 32 random
     /// bytes in base64.
     pub key: Option<RawSecret>,
+    /// The key before `key` while `accounts rekey` re-seals every credential: what it
+    /// sealed still opens.
+    pub previous_key: Option<RawSecret>,
 }
 
 /// `[sources.NAME.catchup]`: the sender's events API.

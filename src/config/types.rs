@@ -520,6 +520,25 @@ pub struct AccountsConfig {
     pub app: Option<GithubApp>,
     /// Account-kinds one process reconciles at once.
     pub concurrency: usize,
+    /// Where an account's own base may point (`accounts add --api-base`, the admin API,
+    /// the database): checked where it is set and again before every request.
+    pub api_bases: Vec<crate::config::base_prefix::BasePrefix>,
+}
+
+impl AccountsConfig {
+    /// Whether an account's own base is among the allowed prefixes.
+    pub fn base_allowed(&self, base: &str) -> bool {
+        self.api_bases.iter().any(|p| p.allows(base))
+    }
+
+    /// The allowed prefixes, for a message.
+    pub fn api_bases_text(&self) -> String {
+        self.api_bases
+            .iter()
+            .map(|p| format!("{:?}", p.to_string()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// A GitHub App's id and private key (PEM).
@@ -573,9 +592,23 @@ pub struct Config {
     pub consumers: Vec<ConsumerConfig>,
     /// `accounts.key`: seals and opens account credentials kept in the database.
     pub accounts_key: Option<std::sync::Arc<crate::credential::AccountsKey>>,
+    /// `accounts.previous_key`: opens what was sealed before a rekey.
+    pub accounts_previous_key: Option<std::sync::Arc<crate::credential::AccountsKey>>,
     /// Settings that work but deserve a look (`check-config` prints them, `serve` logs
     /// them at start), each naming its key.
     pub warnings: Vec<super::Problem>,
+}
+
+impl Config {
+    /// The keys an account credential opens with (`None`: `accounts.key` is not set).
+    pub fn account_keys(&self) -> Option<crate::credential::Keys<'_>> {
+        self.accounts_key
+            .as_deref()
+            .map(|key| crate::credential::Keys {
+                key,
+                previous: self.accounts_previous_key.as_deref(),
+            })
+    }
 }
 
 /// `scheme://host:port` of an http(s) URL (the port always written, so that

@@ -45,6 +45,20 @@ struct AddAccount {
 }
 
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchAccount {
+    credential: Option<String>,
+    /// Absent: unchanged; `null`: cleared.
+    #[serde(default, deserialize_with = "present")]
+    api_base: Option<Option<String>>,
+}
+
+/// A field that is present (its value may be `null`), told from one that is absent.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+#[derive(serde::Deserialize)]
 struct AccountsQuery {
     source: Option<String>,
 }
@@ -72,7 +86,10 @@ struct PauseBody {
 pub(super) fn routes(ops: Operations) -> Router {
     Router::new()
         .route("/admin/accounts", get(list_accounts).post(add_account))
-        .route("/admin/accounts/{source}/{account}", delete(remove_account))
+        .route(
+            "/admin/accounts/{source}/{account}",
+            delete(remove_account).patch(patch_account),
+        )
         .route("/admin/dead-letters", get(list_dead_letters))
         .route("/admin/dead-letters/retry", post(retry))
         .route("/admin/dead-letters/discard", post(discard))
@@ -137,6 +154,28 @@ async fn add_account(State(s): State<Ops>, b: Body) -> Response {
         Ok(()) => json_reply(
             StatusCode::CREATED,
             json!({"source": req.source, "account": req.account, "enabled": true, "first_sync": "due now"}),
+        ),
+        Err(e) => refusal(&e),
+    }
+}
+
+async fn patch_account(
+    State(s): State<Ops>,
+    Path((source, account)): Path<(String, String)>,
+    b: Body,
+) -> Response {
+    let req = match body::<PatchAccount>(b, r#"{"credential"?, "api_base"?: URL or null}"#).await {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    let change = crate::accounts::AccessChange {
+        api_base: req.api_base,
+        credential: req.credential.map(SecretString::from),
+    };
+    match s.ops.set_account(&source, &account, change).await {
+        Ok(()) => json_reply(
+            StatusCode::OK,
+            json!({"source": source, "account": account, "changed": true}),
         ),
         Err(e) => refusal(&e),
     }

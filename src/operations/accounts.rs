@@ -7,7 +7,7 @@ use secrecy::SecretString;
 
 use super::{OpError, Operations};
 use crate::accounts::lifecycle::{Removed, account_id_rule, unregister};
-use crate::accounts::{AccountRow, Accounts};
+use crate::accounts::{AccessChange, AccountRow, Accounts, Rekeyed};
 use crate::config::Config;
 
 impl Operations {
@@ -52,10 +52,8 @@ impl Operations {
         credential: Option<SecretString>,
     ) -> Result<(), OpError> {
         self.check_account(source, Some(account))?;
-        if let Some(b) = &api_base
-            && crate::config::origin_of(b).is_none()
-        {
-            return Err(OpError::BadApiBase(b.clone()));
+        if let Some(b) = &api_base {
+            self.check_base(source, b)?;
         }
         let key = match (&credential, &self.config.accounts_key) {
             (Some(c), Some(k)) => Some((k.as_ref(), c)),
@@ -67,6 +65,57 @@ impl Operations {
             .due_now(source, account, self.reconciled_kinds(source))
             .await?;
         Ok(())
+    }
+
+    /// An account's own base: an http(s) URL under the source's allowed prefixes.
+    fn check_base(&self, source: &str, base: &str) -> Result<(), OpError> {
+        if crate::config::origin_of(base).is_none() {
+            return Err(OpError::BadApiBase(base.to_string()));
+        }
+        let Some(accounts) = self.config.source(source).and_then(|s| s.accounts.as_ref()) else {
+            return Err(OpError::SingleAccount(source.to_string()));
+        };
+        if !accounts.base_allowed(base) {
+            return Err(OpError::BaseNotAllowed {
+                source_name: source.to_string(),
+                base: base.to_string(),
+                allowed: accounts.api_bases_text(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Changes a registered account's base and/or credential deliberately; a new base
+    /// needs the credential again when the account keeps one.
+    pub async fn set_account(
+        &self,
+        source: &str,
+        account: &str,
+        change: AccessChange,
+    ) -> Result<(), OpError> {
+        self.check_account(source, Some(account))?;
+        if change.api_base.is_none() && change.credential.is_none() {
+            return Err(OpError::NothingToChange);
+        }
+        if let Some(Some(b)) = &change.api_base {
+            self.check_base(source, b)?;
+        }
+        if self
+            .registry()
+            .set(source, account, change, self.config.accounts_key.as_deref())
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(not_registered(source, account))
+        }
+    }
+
+    /// Re-seals every kept credential under `accounts.key`, opened with it or with
+    /// `accounts.previous_key`, each bound to its account's base.
+    pub async fn rekey_accounts(&self) -> Result<Rekeyed, OpError> {
+        let keys = self.config.account_keys().ok_or(OpError::NoAccountsKey)?;
+        Ok(self.registry().rekey(keys).await?)
     }
 
     /// The kinds reconciled per account: every kind with a listing, and catch-up.

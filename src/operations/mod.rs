@@ -42,6 +42,8 @@ pub enum OpError {
     Ambiguous { event_id: String, sources: String },
     #[error("say which: event ids, or --all")]
     NothingSelected,
+    #[error("nothing to change: give a credential, an api_base, or clear the api_base")]
+    NothingToChange,
     #[error("cannot rewind consumer {consumer:?}: {why}")]
     Rewind { consumer: String, why: Rewind },
     #[error(
@@ -52,6 +54,17 @@ pub enum OpError {
     BadAccount { account: String, why: String },
     #[error("api_base {0:?} is not an http(s) URL")]
     BadApiBase(String),
+    #[error(
+        "api_base {base:?} is not under source {source_name:?}'s allowed prefixes ({allowed}); an account's requests and credential go only there. Add a prefix to sources.{source_name}.accounts.api_bases if this base is right"
+    )]
+    BaseNotAllowed {
+        source_name: String,
+        base: String,
+        allowed: String,
+    },
+    /// The change of an account's base or credential was refused.
+    #[error(transparent)]
+    Set(#[from] crate::accounts::SetError),
     #[error(
         "a credential is kept encrypted with accounts.key, which is not set; make one with `webhook-reconciler secret new --raw` and set accounts.key"
     )]
@@ -69,9 +82,12 @@ impl OpError {
     /// The request's mistake (exit 2, HTTP 400/404), not the database's.
     pub fn caller_error(&self) -> bool {
         use crate::accounts::AddError;
+        use crate::accounts::SetError;
         !matches!(
             self,
-            OpError::Db(_) | OpError::Add(AddError::Seal(_) | AddError::Db(_))
+            OpError::Db(_)
+                | OpError::Add(AddError::Seal(_) | AddError::Db(_))
+                | OpError::Set(SetError::Seal(_) | SetError::Db(_) | SetError::Concurrent)
         )
     }
 

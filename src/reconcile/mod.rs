@@ -280,7 +280,7 @@ impl Reconciler {
         };
         let access = self
             .registry
-            .access(source, account, self.config.accounts_key.as_deref())
+            .access(source, account, self.config.account_keys())
             .await
             .map_err(|e| fail(e.to_string()))?
             .ok_or_else(|| fail("not registered (accounts add)".into()))?;

@@ -14,6 +14,8 @@ pub(super) struct AccountsAccess {
     pub(super) header: Option<reqwest::header::HeaderName>,
     /// A base URL per account, `{account}` in it.
     pub(super) api_base: Option<String>,
+    /// Where an account's own base may point (`accounts.api_bases`).
+    pub(super) allowed: Arc<crate::config::AccountsConfig>,
     /// A GitHub App: installation tokens.
     pub(super) app: Option<Arc<github_app::AppTokens>>,
     pub(super) requests_per_second: f64,
@@ -45,6 +47,20 @@ impl Sender {
             return Ok(self.clone());
         };
         let mut scoped = self.clone();
+        // An account's own base, whoever set it (a command, the admin API, the
+        // database), is used only under the allowed prefixes: nothing is sent elsewhere.
+        if let Some(own) = &api_base {
+            if !access.allowed.base_allowed(own) {
+                return Err(SenderError::BadUrl(format!(
+                    "account {account:?}: its api_base {own:?} is not under the source's allowed prefixes ({}); \
+                     nothing is sent there. Set sources.{}.accounts.api_bases to allow it, or change the base \
+                     (`webhook-reconciler accounts set {} {account} --api-base URL --token-file FILE`)",
+                    access.allowed.api_bases_text(),
+                    self.source,
+                    self.source
+                )));
+            }
+        }
         let base = api_base.or_else(|| {
             access
                 .api_base
@@ -139,6 +155,7 @@ pub(super) fn accounts_access(
             .map(|h| reqwest::header::HeaderName::from_bytes(h.as_bytes()))
             .transpose()?,
         api_base: a.api_base.clone(),
+        allowed: Arc::new(a.clone()),
         app,
         requests_per_second: source.requests_per_second,
         budgets: std::sync::Mutex::new(std::collections::HashMap::new()),

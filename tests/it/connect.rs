@@ -591,6 +591,8 @@ cron = "{NEVER}"
 run_at_start = false
 
 [sources.shopify.accounts]
+# The shops are simulators on this machine.
+api_bases = ["http://127.0.0.1:*/"]
 "#,
         db.url
     );
@@ -1262,11 +1264,16 @@ async fn an_account_id_that_could_steer_a_url_is_refused_and_the_sources_token_n
         .await
         .unwrap();
     let db = TestDb::new(b);
+    // Both simulators are allowed bases (another origin than the source's own).
     let toml = config(
         &db.url,
         &sim,
         &format!("cron = \"{NEVER}\""),
         PLATFORM_TOKEN,
+    )
+    .replace(
+        "[sources.stripe.accounts]\n",
+        "[sources.stripe.accounts]\napi_bases = [\"http://127.0.0.1:*/\"]\n",
     );
     let dir = tempfile::tempdir().unwrap();
     let cfg = crate::helpers::process::write_migrated_config(dir.path(), &toml);
@@ -1367,4 +1374,212 @@ async fn customers_once(
         &|_| {},
     )
     .await
+}
+
+/// A second `accounts.key`, 32 bytes in base64.
+const ACCOUNTS_KEY_2: &str = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWY=";
+
+both_backends!(a_leaked_admin_token_or_a_database_writer_cannot_steer_a_credential_to_another_host);
+/// The audit's attack, as an attacker with the admin token or write access to the
+/// database would make it: an account's base moved to their server (by the admin API,
+/// or by `UPDATE accounts SET api_base`), a new account on it with no credential. The
+/// attacker's server receives no request at all, so never a credential; the operator's
+/// deliberate change (a new base with its credential) works.
+async fn a_leaked_admin_token_or_a_database_writer_cannot_steer_a_credential_to_another_host(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let attacker = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    // The allowed bases are the default: the source's own (the simulator's origin).
+    let toml = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let app = spawn_app_with(db, &toml).await;
+    let admin = |method: reqwest::Method, path: &str, body: Value| {
+        let r = app
+            .client
+            .request(method, app.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body);
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    // A new account on the attacker's server: refused before anything is stored.
+    let (status, body) = admin(
+        reqwest::Method::POST,
+        "/admin/accounts",
+        json!({"source": "stripe", "account": "acct_evil", "api_base": attacker.api_base()}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("api_bases"),
+        "{body}"
+    );
+    assert_eq!(app.db.count("accounts"), 0);
+    // An account with its own credential on the allowed base.
+    let (status, body) = admin(
+        reqwest::Method::POST,
+        "/admin/accounts",
+        json!({"source": "stripe", "account": "acct_own", "api_base": sim.api_base(), "credential": "sk_own_1"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // Its base moved by the admin API: to the attacker, refused; to another allowed
+    // base without the credential, refused too (the credential was given for the old).
+    let path = "/admin/accounts/stripe/acct_own";
+    let (status, body) = admin(
+        reqwest::Method::PATCH,
+        path,
+        json!({"api_base": attacker.api_base()}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = admin(
+        reqwest::Method::PATCH,
+        path,
+        json!({"api_base": format!("{}/elsewhere", sim.api_base())}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("given again"),
+        "{body}"
+    );
+    let (status, body) = admin(reqwest::Method::PATCH, path, json!({})).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = admin(
+        reqwest::Method::PATCH,
+        "/admin/accounts/stripe/acct_unknown",
+        json!({"credential": "sk_x"}),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // A database writer moves both accounts' bases to the attacker: the one with its
+    // own credential cannot open it there, the other's base is outside the prefixes.
+    let ops = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    ops.add_account("stripe", "acct_plain", None, None)
+        .await
+        .unwrap();
+    app.db.execute(&format!(
+        "UPDATE accounts SET api_base = '{}'",
+        attacker.api_base()
+    ));
+    let r = reconciler_for(&toml).await;
+    for (account, why) in [
+        ("acct_own", "api_base"),
+        ("acct_plain", "not under the source's allowed prefixes"),
+    ] {
+        let report = customers_once(&r, account).await;
+        match &report.status {
+            RunStatus::Failed { error } => assert!(error.contains(why), "{account}: {error}"),
+            other => panic!("{account}: {other:?}"),
+        }
+    }
+    // The operator's deliberate change: the allowed base, with the credential again.
+    let (status, body) = admin(
+        reqwest::Method::PATCH,
+        path,
+        json!({"api_base": sim.api_base(), "credential": "sk_own_2"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let report = customers_once(&r, "acct_own").await;
+    assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
+    assert!(
+        sim.credentials()
+            .iter()
+            .any(|c| c.as_deref().is_some_and(|c| c.contains("sk_own_2"))),
+        "{:?}",
+        sim.credentials()
+    );
+    assert!(
+        attacker.credentials().is_empty(),
+        "the attacker's server was asked: {:?}",
+        attacker.credentials()
+    );
+}
+
+both_backends!(rekey_reseals_every_credential_under_the_new_key_and_none_is_unreadable_meanwhile);
+/// `accounts.key` rotated: with the new key and `previous_key` the old one, every
+/// account still opens (before and after the rekey); after `accounts rekey`, the new key
+/// alone opens them all.
+async fn rekey_reseals_every_credential_under_the_new_key_and_none_is_unreadable_meanwhile(
+    b: Backend,
+) {
+    let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let old = config(
+        &db.url,
+        &sim,
+        &format!("cron = \"{NEVER}\""),
+        PLATFORM_TOKEN,
+    );
+    let during = old.replace(
+        &format!("key = \"{ACCOUNTS_KEY}\""),
+        &format!("key = \"{ACCOUNTS_KEY_2}\"\nprevious_key = \"{ACCOUNTS_KEY}\""),
+    );
+    let after = old.replace(ACCOUNTS_KEY, ACCOUNTS_KEY_2);
+    let store = crate::helpers::store_on(&db).await;
+    let ops = lifecycle(&old, store.clone());
+    for a in ["acct_r1", "acct_r2"] {
+        ops.add_account(
+            "stripe",
+            a,
+            None,
+            Some(SecretString::from(format!("sk_{a}"))),
+        )
+        .await
+        .unwrap();
+    }
+    let runs = |toml: String| async move {
+        let r = reconciler_for(&toml).await;
+        let mut out = Vec::new();
+        for a in ["acct_r1", "acct_r2"] {
+            out.push(customers_once(&r, a).await.status);
+        }
+        out
+    };
+    assert_eq!(
+        runs(during.clone()).await,
+        [RunStatus::Succeeded, RunStatus::Succeeded]
+    );
+    // The new key alone cannot open what the old one sealed.
+    assert!(
+        runs(after.clone())
+            .await
+            .iter()
+            .all(|s| matches!(s, RunStatus::Failed { .. }))
+    );
+    let done = lifecycle(&during, store.clone())
+        .rekey_accounts()
+        .await
+        .unwrap();
+    assert_eq!((done.resealed, done.failed.len()), (2, 0), "{done:?}");
+    assert_eq!(
+        runs(during).await,
+        [RunStatus::Succeeded, RunStatus::Succeeded]
+    );
+    assert_eq!(
+        runs(after).await,
+        [RunStatus::Succeeded, RunStatus::Succeeded]
+    );
+    assert!(
+        sim.credentials()
+            .iter()
+            .any(|c| c.as_deref().is_some_and(|c| c.contains("sk_acct_r2")))
+    );
 }

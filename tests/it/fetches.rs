@@ -52,6 +52,8 @@ run_at_start = false
 max_attempts = 1
 
 [sources.shopify.accounts]
+# The shops are simulators on this machine.
+api_bases = ["http://127.0.0.1:*/"]
 "#
     )
 }

@@ -13,7 +13,7 @@ mod kind;
 mod schedule;
 mod source;
 
-use super::raw::RawConfig;
+use super::raw::{RawConfig, RawSecret};
 use super::types::*;
 use super::{ConfigError, Problem, WebhookSecret, defaults, secret};
 use source::validate_source;
@@ -315,22 +315,34 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 None
             }
         });
-    let accounts_key = raw.accounts.key.as_ref().and_then(|s| {
-        let value = match secret::resolve(s) {
+    let accounts_key = |c: &mut Checker, name: &str, s: Option<&RawSecret>| {
+        let value = match secret::resolve(s?) {
             Ok(v) => v,
             Err(e) => {
-                c.fail("accounts.key", e);
+                c.fail(name, e);
                 return None;
             }
         };
         match crate::credential::AccountsKey::from_base64(&value) {
             Ok(k) => Some(std::sync::Arc::new(k)),
             Err(e) => {
-                c.fail("accounts.key", e.to_string());
+                c.fail(name, e.to_string().replace("accounts.key", name));
                 None
             }
         }
-    });
+    };
+    let accounts_previous_key = accounts_key(
+        &mut c,
+        "accounts.previous_key",
+        raw.accounts.previous_key.as_ref(),
+    );
+    let accounts_key = accounts_key(&mut c, "accounts.key", raw.accounts.key.as_ref());
+    if raw.accounts.previous_key.is_some() && raw.accounts.key.is_none() {
+        c.fail(
+            "accounts.previous_key",
+            "is read only beside accounts.key (the new key); set accounts.key, keep the old one here, then run `webhook-reconciler accounts rekey`",
+        );
+    }
     let log = LogConfig {
         format: raw.log.format,
         level: raw
@@ -450,6 +462,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             sources,
             consumers,
             accounts_key,
+            accounts_previous_key,
             warnings: c.warnings,
         })
     } else {

@@ -15,6 +15,7 @@ use super::schedule::validate_schedule;
 const STDWH_MIN_KEY_BYTES: usize = 24;
 /// Below this an HMAC secret can be guessed offline from one captured delivery.
 const MIN_HMAC_SECRET_BYTES: usize = 16;
+use crate::config::base_prefix::BasePrefix;
 use crate::config::raw::RawSource;
 use crate::config::types::*;
 use crate::config::{WebhookSecret, defaults, secret};
@@ -161,7 +162,7 @@ pub(super) fn validate_source(
     let accounts = raw
         .accounts
         .as_ref()
-        .map(|a| validate_accounts(c, name, raw.preset, a));
+        .map(|a| validate_accounts(c, name, raw.preset, raw.api_base.as_deref(), a));
     (c.problems.len() == before).then(|| SourceConfig {
         name: name.to_string(),
         retry_window,
@@ -191,6 +192,7 @@ fn validate_accounts(
     c: &mut Checker,
     name: &str,
     preset: Option<Preset>,
+    source_base: Option<&str>,
     a: &crate::config::raw::RawSourceAccounts,
 ) -> AccountsConfig {
     let key = |k: &str| format!("sources.{name}.accounts.{k}");
@@ -284,7 +286,57 @@ fn validate_accounts(
         api_base,
         app,
         concurrency: concurrency as usize,
+        api_bases: validate_api_bases(c, &key("api_bases"), preset, source_base, a),
     }
+}
+
+/// The prefixes an account's own base may start with: as configured, or the preset's
+/// sender and the source's own base.
+fn validate_api_bases(
+    c: &mut Checker,
+    key: &str,
+    preset: Option<Preset>,
+    source_base: Option<&str>,
+    a: &crate::config::raw::RawSourceAccounts,
+) -> Vec<BasePrefix> {
+    let texts: Vec<String> = match &a.api_bases {
+        Some(list) => list.clone(),
+        None => {
+            let sender = match preset {
+                Some(Preset::Stripe) => Some("https://api.stripe.com/"),
+                Some(Preset::Github) => Some("https://api.github.com/"),
+                Some(Preset::Shopify) => Some("https://*.myshopify.com/"),
+                _ => None,
+            };
+            sender
+                .map(String::from)
+                .into_iter()
+                .chain(
+                    source_base
+                        .and_then(url_origin_prefix)
+                        .filter(|o| Some(o.as_str()) != sender),
+                )
+                .collect()
+        }
+    };
+    let mut out = Vec::new();
+    for t in &texts {
+        match BasePrefix::parse(t) {
+            Ok(p) => out.push(p),
+            Err(e) => c.fail(key, e),
+        }
+    }
+    out
+}
+
+/// `scheme://host[:port]/` of a URL, as a prefix.
+fn url_origin_prefix(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    let host = u.host_str()?;
+    Some(match u.port() {
+        Some(p) => format!("{}://{host}:{p}/", u.scheme()),
+        None => format!("{}://{host}/", u.scheme()),
+    })
 }
 
 fn is_absolute(url: &str) -> bool {

@@ -131,13 +131,20 @@ pub async fn dead_letters(config: &Config, action: DeadLettersAction) -> anyhow:
                 println!("no dead letters");
             } else {
                 println!(
-                    "{:<12} {:<28} {:<24} {:>8} {:<24} REASON",
-                    "SOURCE", "EVENT", "TYPE", "ATTEMPTS", "LAST SEEN"
+                    "{:<12} {:<28} {:<24} {:<24} {:>8} {:>9} {:<24} REASON",
+                    "SOURCE", "EVENT", "ACCOUNT", "TYPE", "ATTEMPTS", "BYTES", "LAST SEEN"
                 );
                 for l in &letters {
                     println!(
-                        "{:<12} {:<28} {:<24} {:>8} {:<24} {}",
-                        l.source, l.event_id, l.event_type, l.attempts, l.last_seen_at, l.reason
+                        "{:<12} {:<28} {:<24} {:<24} {:>8} {:>9} {:<24} {}",
+                        l.source,
+                        l.event_id,
+                        l.account.as_deref().unwrap_or("-"),
+                        l.event_type,
+                        l.attempts,
+                        l.size,
+                        l.last_seen_at,
+                        l.reason
                     );
                 }
             }

@@ -102,6 +102,9 @@ pub const MAX_DELETE_FRACTION: f64 = 0.1;
 
 // [sources.NAME.catchup]
 /// How long senders keep events (Stripe: 30 days).
+/// The most dead letters' body bytes kept per source.
+pub const DEAD_LETTERS_MAX_BYTES: &str = "256MiB";
+
 pub const CATCHUP_WINDOW: Duration = Duration::from_secs(30 * DAY);
 /// Stripe's event creation time.
 pub const CATCHUP_FIELD: &str = "/created";

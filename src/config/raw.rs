@@ -26,6 +26,16 @@ pub struct RawConfig {
     pub sources: BTreeMap<String, RawSource>,
     pub consumers: BTreeMap<String, RawConsumer>,
     pub accounts: RawAccounts,
+    pub dead_letters: RawDeadLetters,
+}
+
+/// `[dead_letters]`: the deliveries kept because they could not be applied.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDeadLetters {
+    /// The most body bytes kept per source (default 256MiB); past it a delivery that
+    /// would be kept is answered 503.
+    pub max_bytes: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

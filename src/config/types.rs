@@ -484,6 +484,8 @@ impl KindConfig {
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
     pub name: String,
+    /// `dead_letters.max_bytes`: the most body bytes its dead letters keep.
+    pub dead_letters_max_bytes: u64,
     pub retry_window: Duration,
     /// How long processed event ids are kept: 2 × retry_window unless overridden.
     pub retention: Duration,
@@ -590,6 +592,8 @@ pub struct Config {
     pub log: LogConfig,
     pub sources: Vec<SourceConfig>,
     pub consumers: Vec<ConsumerConfig>,
+    /// `dead_letters.max_bytes`: the most body bytes kept per source.
+    pub dead_letters_max_bytes: u64,
     /// `accounts.key`: seals and opens account credentials kept in the database.
     pub accounts_key: Option<std::sync::Arc<crate::credential::AccountsKey>>,
     /// `accounts.previous_key`: opens what was sealed before a rekey.

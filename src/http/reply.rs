@@ -50,11 +50,14 @@ fn count(source: &str, result: &'static str, took: Option<Duration>) {
 
 pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
     count(source, "overloaded", None);
-    tracing::warn!(
-        source,
-        max_in_flight,
-        "delivery refused: http.max_in_flight deliveries are already being handled; the sender will retry"
-    );
+    if let Some(not_logged) = log_rejection(source, "overloaded") {
+        tracing::warn!(
+            source,
+            max_in_flight,
+            not_logged,
+            "delivery refused: http.max_in_flight deliveries are already being handled; the sender will retry (later ones within a second are counted, not logged)"
+        );
+    }
     unavailable(format!(
         "{max_in_flight} deliveries are already being handled (http.max_in_flight); retry later"
     ))
@@ -120,6 +123,7 @@ pub fn delivery(
         Err(Rejection::BadRequest(_)) => "bad_request",
         Err(Rejection::Refused(Refusal::Unprocessable { .. })) => "unprocessable",
         Err(Rejection::Refused(Refusal::Unavailable(_))) => "unavailable",
+        Err(Rejection::Refused(Refusal::DeadLettersFull { .. })) => "dead_letters_full",
     };
     count(source, label, Some(took));
     match result {
@@ -156,8 +160,16 @@ pub fn delivery(
             error_reply(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
         }
         Err(Rejection::Refused(Refusal::Unavailable(e))) => {
-            tracing::error!(source, error = %e, "delivery not applied: database unavailable; the sender will retry");
+            if let Some(not_logged) = log_rejection(source, "unavailable") {
+                tracing::error!(source, error = %e, not_logged, "delivery not applied: database unavailable; the sender will retry (later ones within a second are counted, not logged)");
+            }
             unavailable("database unavailable; retry later")
+        }
+        Err(Rejection::Refused(e @ Refusal::DeadLettersFull { .. })) => {
+            if let Some(not_logged) = log_rejection(source, "dead_letters_full") {
+                tracing::error!(source, error = %e, not_logged, "delivery not kept: the source's dead letters are full; the sender will retry (later ones within a second are counted, not logged)");
+            }
+            unavailable("this source's dead letters are full (dead_letters.max_bytes); retry later")
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::accounts::Accounts;
 use crate::change::ResourceKey;
 use crate::config::{Scheme, SourceConfig};
 use crate::db::{DbError, ErrorClass};
-use crate::store::{Delivery, Outcome, Store};
+use crate::store::{Delivery, Kept, NewDeadLetter, Outcome, Store};
 use envelope::{Envelope, KindMapping};
 
 /// Shopify's mandatory privacy topic: erase a shop's data.
@@ -56,6 +56,12 @@ pub enum Refusal {
     /// The database cannot take it now; the same event succeeds later.
     #[error(transparent)]
     Unavailable(#[from] DbError),
+    /// It would be kept, but the source's dead letters hold `dead_letters.max_bytes`:
+    /// answered 503, so the sender keeps it until an operator makes room.
+    #[error(
+        "the dead letters of source {source_name} hold dead_letters.max_bytes ({max_bytes} bytes); fix their cause and retry or discard them (`webhook-reconciler dead-letters list`), or raise the limit"
+    )]
+    DeadLettersFull { source_name: String, max_bytes: u64 },
 }
 
 /// What became of an applied event: its outcome, and the resource it maps to (none
@@ -70,6 +76,8 @@ pub struct Ingest {
     /// Event type -> kind and pointers.
     mappings: HashMap<String, KindMapping>,
     store: Store,
+    /// `dead_letters.max_bytes`.
+    dead_letters_max_bytes: u64,
     /// A many-account source: where the signed body names the account (`None`: only an
     /// unsigned header does, Shopify's shop), and the registry that says whether it is
     /// served.
@@ -104,6 +112,7 @@ impl Ingest {
             scheme: source.webhook.scheme.clone(),
             mappings,
             store,
+            dead_letters_max_bytes: source.dead_letters_max_bytes,
             accounts,
         }
     }
@@ -169,7 +178,11 @@ impl Ingest {
             None => None,
             Some(m) => match m.change(&self.source, &env, chrono::Utc::now().timestamp_micros()) {
                 Ok(c) => Some(c),
-                Err(e) => return Err(self.dead_letter(env, e.to_string(), body).await),
+                Err(e) => {
+                    return Err(self
+                        .dead_letter(env, e.to_string(), body, body_digest.as_deref())
+                        .await);
+                }
             },
         };
         let mut fetch = None;
@@ -206,7 +219,9 @@ impl Ingest {
                 }
                 Err(why) => {
                     let reason = format!("the account at {from:?} {why}");
-                    return Err(self.dead_letter(env, reason, body).await);
+                    return Err(self
+                        .dead_letter(env, reason, body, body_digest.as_deref())
+                        .await);
                 }
             }
         }
@@ -220,7 +235,7 @@ impl Ingest {
                 change,
                 fetch: fetch.clone(),
                 settle_conflict,
-                body_digest,
+                body_digest: body_digest.clone(),
             })
             .await;
         match applied {
@@ -235,7 +250,9 @@ impl Ingest {
                 Ok((Outcome::Conflict, key))
             }
             Ok(outcome) => Ok((outcome, key)),
-            Err(e) => Err(self.database_refused(e, env, body).await),
+            Err(e) => Err(self
+                .database_refused(e, env, body, body_digest.as_deref())
+                .await),
         }
     }
 
@@ -257,7 +274,9 @@ impl Ingest {
             }
             _ => {
                 let reason = "shop/redact without a shop_domain string".to_string();
-                return Err(self.dead_letter(env, reason, body).await);
+                return Err(self
+                    .dead_letter(env, reason, body, body_digest.as_deref())
+                    .await);
             }
         };
         let claimed = self
@@ -269,13 +288,17 @@ impl Ingest {
                 change: None,
                 fetch: None,
                 settle_conflict: false,
-                body_digest,
+                body_digest: body_digest.clone(),
             })
             .await;
         match claimed {
             Ok(Outcome::Ignored) => {}
             Ok(outcome) => return Ok((outcome, None)),
-            Err(e) => return Err(self.database_refused(e, env, body).await),
+            Err(e) => {
+                return Err(self
+                    .database_refused(e, env, body, body_digest.as_deref())
+                    .await);
+            }
         }
         let purged =
             crate::accounts::lifecycle::unregister(&self.store, &self.source, &shop, true).await;
@@ -316,7 +339,13 @@ impl Ingest {
     /// sender's retry succeeds later); an error caused by this event's data is a dead
     /// letter (a 503 would make the sender retry it for its whole retry window); an
     /// unknown error is `Unavailable` too, so nothing is lost, and logged as an error.
-    async fn database_refused(&self, e: DbError, env: Envelope, body: &[u8]) -> Refusal {
+    async fn database_refused(
+        &self,
+        e: DbError,
+        env: Envelope,
+        body: &[u8],
+        digest: Option<&str>,
+    ) -> Refusal {
         match e.class() {
             ErrorClass::Unavailable => Refusal::Unavailable(e),
             ErrorClass::Unknown => {
@@ -333,30 +362,46 @@ impl Ingest {
                     reason.truncate(cut);
                     reason.push_str("...");
                 }
-                self.dead_letter(env, reason, body).await
+                self.dead_letter(env, reason, body, digest).await
             }
         }
     }
 
-    /// Keeps an authentic event that cannot be applied, with the reason
-    /// (`Unavailable` if even the dead letter cannot be written).
-    async fn dead_letter(&self, env: Envelope, reason: String, body: &[u8]) -> Refusal {
+    /// Keeps an authentic event that cannot be applied, with the reason: once per event
+    /// id, or per body for a sender that signs only the body (`digest`); a kept body is
+    /// never replaced. `Unavailable` if even the dead letter cannot be written, `Full`
+    /// when the source's dead letters hold `dead_letters.max_bytes`.
+    async fn dead_letter(
+        &self,
+        env: Envelope,
+        reason: String,
+        body: &[u8],
+        digest: Option<&str>,
+    ) -> Refusal {
         let kept = self
             .store
             .dead_letter(
-                self.source.clone(),
-                env.id.clone(),
-                env.event_type.clone(),
-                reason.clone(),
-                String::from_utf8_lossy(body).into_owned(),
-                env.account_hint.clone(),
+                NewDeadLetter {
+                    source: self.source.clone(),
+                    event_id: env.id.clone(),
+                    event_type: env.event_type.clone(),
+                    reason: reason.clone(),
+                    body: String::from_utf8_lossy(body).into_owned(),
+                    account_hint: env.account_hint.clone(),
+                    digest: digest.map(String::from),
+                },
+                self.dead_letters_max_bytes,
             )
             .await;
         match kept {
-            Ok(()) => Refusal::Unprocessable {
+            Ok(Kept::New | Kept::Again) => Refusal::Unprocessable {
                 event_id: env.id,
                 event_type: env.event_type,
                 reason,
+            },
+            Ok(Kept::Full) => Refusal::DeadLettersFull {
+                source_name: self.source.clone(),
+                max_bytes: self.dead_letters_max_bytes,
             },
             Err(e) => Refusal::Unavailable(e),
         }

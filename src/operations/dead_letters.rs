@@ -4,10 +4,10 @@ use serde::Serialize;
 
 use super::{OpError, Operations};
 use crate::ingest::Refusal;
-use crate::store::DeadLetter;
+use crate::store::{DeadLetter, DeadLetterSummary};
 
-/// Most dead letters one list, retry or discard reads at once.
-const BATCH: i64 = 500;
+/// Most dead letters (with their bodies) one retry or discard reads at once.
+const BATCH: i64 = 100;
 /// Most dead letters one `--all` covers (run it again for more).
 const MAX_ALL: i64 = 100_000;
 
@@ -34,51 +34,83 @@ pub struct Retried {
     pub reason: Option<String>,
 }
 
+/// The selected dead letters, a page at a time (bodies of one page in memory at once).
+struct Pages<'a> {
+    sel: &'a Selection,
+    /// `--all`: the last (source, event id) read; ids: how many chunks were read.
+    after: Option<(String, String)>,
+    chunk: usize,
+    read: i64,
+    done: bool,
+}
+
 impl Operations {
-    /// Dead letters, oldest first (of `source`), at most `limit`.
+    /// Dead letters without their bodies, oldest first (of `source`), at most `limit`.
     pub async fn dead_letters(
         &self,
         source: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<DeadLetter>, OpError> {
+    ) -> Result<Vec<DeadLetterSummary>, OpError> {
         if let Some(s) = source {
             self.check_source(s)?;
         }
         Ok(self
             .store
-            .dead_letters(source.map(String::from), None, limit)
+            .dead_letter_summaries(source.map(String::from), limit)
             .await?)
     }
 
-    /// The selected dead letters, each named once by (source, event id); an id kept for
-    /// two sources without `source` is refused; an id not kept is reported `not_found`.
-    async fn selected(&self, sel: &Selection) -> Result<(Vec<DeadLetter>, Vec<Retried>), OpError> {
+    fn pages<'a>(&self, sel: &'a Selection) -> Result<Pages<'a>, OpError> {
         if let Some(s) = &sel.source {
             self.check_source(s)?;
         }
-        if sel.all {
-            let letters = self
-                .store
-                .dead_letters(sel.source.clone(), None, MAX_ALL)
-                .await?;
-            return Ok((letters, Vec::new()));
-        }
-        if sel.ids.is_empty() {
+        if !sel.all && sel.ids.is_empty() {
             return Err(OpError::NothingSelected);
+        }
+        Ok(Pages {
+            sel,
+            after: None,
+            chunk: 0,
+            read: 0,
+            done: false,
+        })
+    }
+
+    /// The next page of selected dead letters, each named once by (source, event id),
+    /// and the ids of it that are not kept (`not_found`); `None` at the end. An id kept
+    /// for two sources without `source` is refused.
+    async fn next_page(
+        &self,
+        pages: &mut Pages<'_>,
+    ) -> Result<Option<(Vec<DeadLetter>, Vec<Retried>)>, OpError> {
+        if pages.done {
+            return Ok(None);
+        }
+        let sel = pages.sel;
+        if sel.all {
+            let page = self
+                .store
+                .dead_letters_after(sel.source.clone(), pages.after.clone(), BATCH)
+                .await?;
+            pages.read += page.len() as i64;
+            pages.done = (page.len() as i64) < BATCH || pages.read >= MAX_ALL;
+            pages.after = page.last().map(|l| (l.source.clone(), l.event_id.clone()));
+            return Ok((!page.is_empty()).then_some((page, Vec::new())));
         }
         let mut ids = sel.ids.clone();
         ids.sort();
         ids.dedup();
-        let mut letters = Vec::new();
-        for chunk in ids.chunks(BATCH as usize) {
-            letters.extend(
-                self.store
-                    .dead_letters(sel.source.clone(), Some(chunk.to_vec()), BATCH * 4)
-                    .await?,
-            );
-        }
+        let Some(chunk) = ids.chunks(BATCH as usize).nth(pages.chunk) else {
+            pages.done = true;
+            return Ok(None);
+        };
+        pages.chunk += 1;
+        let letters = self
+            .store
+            .dead_letters_with_ids(sel.source.clone(), chunk.to_vec())
+            .await?;
         let mut missing = Vec::new();
-        for id in &ids {
+        for id in chunk {
             let sources: Vec<&str> = letters
                 .iter()
                 .filter(|l| &l.event_id == id)
@@ -100,7 +132,7 @@ impl Operations {
                 }
             }
         }
-        Ok((letters, missing))
+        Ok(Some((letters, missing)))
     }
 
     /// Runs each selected dead letter again through mapping, claim and guarded write (no
@@ -108,7 +140,20 @@ impl Operations {
     /// through leaves the list with its outcome; one that fails again stays, with the
     /// new reason and one more attempt.
     pub async fn retry_dead_letters(&self, sel: &Selection) -> Result<Vec<Retried>, OpError> {
-        let (letters, mut out) = self.selected(sel).await?;
+        let mut pages = self.pages(sel)?;
+        let mut out = Vec::new();
+        while let Some((letters, missing)) = self.next_page(&mut pages).await? {
+            out.extend(missing);
+            self.retry_page(letters, &mut out).await?;
+        }
+        Ok(out)
+    }
+
+    async fn retry_page(
+        &self,
+        letters: Vec<DeadLetter>,
+        out: &mut Vec<Retried>,
+    ) -> Result<(), OpError> {
         for letter in letters {
             let Some(ingest) = self.ingests.get(&letter.source) else {
                 out.push(Retried {
@@ -146,26 +191,36 @@ impl Operations {
                     outcome: "failed".into(),
                     reason: Some(reason),
                 }),
+                Err(e @ Refusal::DeadLettersFull { .. }) => out.push(Retried {
+                    source: letter.source,
+                    event_id: letter.event_id,
+                    outcome: "failed".into(),
+                    reason: Some(e.to_string()),
+                }),
                 Err(Refusal::Unavailable(e)) => return Err(OpError::Db(e)),
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Deletes the selected dead letters without applying them.
     pub async fn discard_dead_letters(&self, sel: &Selection) -> Result<Vec<Retried>, OpError> {
-        let (letters, mut out) = self.selected(sel).await?;
-        for letter in letters {
-            let gone = self
-                .store
-                .delete_dead_letter(&letter.source, &letter.event_id)
-                .await?;
-            out.push(Retried {
-                source: letter.source,
-                event_id: letter.event_id,
-                outcome: if gone { "discarded" } else { "not_found" }.into(),
-                reason: None,
-            });
+        let mut pages = self.pages(sel)?;
+        let mut out = Vec::new();
+        while let Some((letters, missing)) = self.next_page(&mut pages).await? {
+            out.extend(missing);
+            for letter in letters {
+                let gone = self
+                    .store
+                    .delete_dead_letter(&letter.source, &letter.event_id)
+                    .await?;
+                out.push(Retried {
+                    source: letter.source,
+                    event_id: letter.event_id,
+                    outcome: if gone { "discarded" } else { "not_found" }.into(),
+                    reason: None,
+                });
+            }
         }
         Ok(out)
     }

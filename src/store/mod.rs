@@ -28,7 +28,20 @@ use crate::db::{Conn, Db, DbError, DbTime};
 use crate::feed::outbox::{self, Outbox};
 pub use fetches::{FetchCount, FetchReason, FetchRow, TakenFetch, fetch_counts};
 use group_commit::GroupCommit;
-pub use sql::{ClaimRow, DeadLetter, ResourceRow, SourceCount, StoredRow};
+pub use sql::{ClaimRow, DeadLetter, DeadLetterSummary, Kept, ResourceRow, SourceCount, StoredRow};
+
+/// A delivery to keep as a dead letter.
+#[derive(Debug, Clone)]
+pub struct NewDeadLetter {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub reason: String,
+    pub body: String,
+    pub account_hint: Option<String>,
+    /// The body's SHA-256, for a sender that signs only the body: one row per body.
+    pub digest: Option<String>,
+}
 
 pub use crate::change::Outcome;
 
@@ -310,40 +323,70 @@ impl Store {
             .await
     }
 
-    /// Keeps an authentic delivery that could not be read, with the reason.
+    /// Keeps an authentic delivery that could not be read, with the reason: once (a
+    /// repeat adds an attempt, its body stays), and only while the source's kept bodies
+    /// stay within `max_bytes`.
     pub async fn dead_letter(
         &self,
-        source: String,
-        event_id: String,
-        event_type: String,
-        reason: String,
-        body: String,
-        account_hint: Option<String>,
-    ) -> Result<(), DbError> {
+        letter: NewDeadLetter,
+        max_bytes: u64,
+    ) -> Result<Kept, DbError> {
+        let max = i64::try_from(max_bytes).unwrap_or(i64::MAX);
         self.db
             .write(move |conn| {
                 sql::record_dead_letter(
                     conn,
-                    &source,
-                    &event_id,
-                    &event_type,
-                    &reason,
-                    &body,
-                    account_hint.as_deref(),
+                    &letter.source,
+                    &letter.event_id,
+                    &letter.event_type,
+                    &letter.reason,
+                    &letter.body,
+                    letter.account_hint.as_deref(),
+                    letter.digest.as_deref(),
+                    max,
                 )
             })
             .await
     }
 
-    /// Dead letters, oldest first (of `source`, or those with `ids`), at most `limit`.
-    pub async fn dead_letters(
+    /// Dead letters without their bodies, oldest first (of `source`), at most `limit`.
+    pub async fn dead_letter_summaries(
         &self,
         source: Option<String>,
-        ids: Option<Vec<String>>,
+        limit: i64,
+    ) -> Result<Vec<DeadLetterSummary>, DbError> {
+        self.db
+            .read(move |c| sql::dead_letter_summaries(c, source.as_deref(), limit))
+            .await
+    }
+
+    /// The dead letters with `ids` (of `source`), with their bodies.
+    pub async fn dead_letters_with_ids(
+        &self,
+        source: Option<String>,
+        ids: Vec<String>,
+    ) -> Result<Vec<DeadLetter>, DbError> {
+        let limit = i64::try_from(ids.len())
+            .unwrap_or(i64::MAX)
+            .saturating_mul(4);
+        self.db
+            .read(move |c| sql::dead_letters(c, source.as_deref(), sql::Which::Ids(&ids), limit))
+            .await
+    }
+
+    /// A page of dead letters with their bodies (of `source`), by source and event id,
+    /// after `after`.
+    pub async fn dead_letters_after(
+        &self,
+        source: Option<String>,
+        after: Option<(String, String)>,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, DbError> {
         self.db
-            .read(move |c| sql::dead_letters(c, source.as_deref(), ids.as_deref(), limit))
+            .read(move |c| {
+                let after = after.as_ref().map(|(s, e)| (s.as_str(), e.as_str()));
+                sql::dead_letters(c, source.as_deref(), sql::Which::After(after), limit)
+            })
             .await
     }
 

@@ -14,6 +14,7 @@ mod accounts;
 mod cli;
 mod connect;
 mod day_to_day;
+mod dead_letters;
 mod demo;
 mod feed;
 mod fetches;

@@ -182,6 +182,21 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             0
         }
     };
+    let dead_text = raw
+        .dead_letters
+        .max_bytes
+        .as_deref()
+        .unwrap_or(defaults::DEAD_LETTERS_MAX_BYTES);
+    let dead_letters_max_bytes = match dead_text.parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() > 0 => b.as_u64(),
+        _ => {
+            c.fail(
+                "dead_letters.max_bytes",
+                format!("{dead_text:?} is not a size; write it like \"256MiB\" or \"1GiB\""),
+            );
+            0
+        }
+    };
     let max_in_flight = raw.http.max_in_flight.unwrap_or(defaults::MAX_IN_FLIGHT);
     if max_in_flight == 0 {
         c.fail(
@@ -371,6 +386,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     // A state is refused past http.max_body written out, from webhooks and listings
     // alike (SPEC "Input limits").
     for s in &mut sources {
+        s.dead_letters_max_bytes = dead_letters_max_bytes;
         for k in s
             .kinds
             .iter_mut()
@@ -461,6 +477,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             log,
             sources,
             consumers,
+            dead_letters_max_bytes,
             accounts_key,
             accounts_previous_key,
             warnings: c.warnings,

@@ -164,6 +164,8 @@ pub(super) fn validate_source(
         .as_ref()
         .map(|a| validate_accounts(c, name, raw.preset, raw.api_base.as_deref(), a));
     (c.problems.len() == before).then(|| SourceConfig {
+        // Set from `[dead_letters]` once every source is read.
+        dead_letters_max_bytes: 0,
         name: name.to_string(),
         retry_window,
         retention,

@@ -161,8 +161,23 @@ pub(crate) fn set_event_outcomes(
     Ok(())
 }
 
-/// Keeps an authentic delivery we could not read. Repeats of the same event id update
-/// the row (attempts, last reason) instead of piling up.
+/// What became of a delivery to be kept as a dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// A new row.
+    New,
+    /// Already kept (the same event id, or for a sender that signs only the body the
+    /// same body): one more attempt and the new reason; the kept body stays as it was.
+    Again,
+    /// The source's dead letters hold `dead_letters.max_bytes`: not kept.
+    Full,
+}
+
+/// Keeps an authentic delivery we could not read. A repeat (the same event id, or the
+/// same `digest` of a body only the body's signature vouches for) updates the kept
+/// row's attempts and reason and never its body; a new one is kept only while the
+/// source's kept bodies stay within `max_bytes`.
+#[expect(clippy::too_many_arguments, reason = "one row's columns")]
 pub(crate) fn record_dead_letter(
     conn: &mut Conn,
     source: &str,
@@ -171,29 +186,60 @@ pub(crate) fn record_dead_letter(
     reason: &str,
     body: &str,
     account_hint: Option<&str>,
-) -> diesel::QueryResult<()> {
+    digest: Option<&str>,
+    max_bytes: i64,
+) -> diesel::QueryResult<Kept> {
     let b = conn.backend();
-    let q = query(
+    let again = query(
         b,
         &format!(
-            "INSERT INTO dead_letters (source, event_id, event_type, reason, body, account_hint) VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (source, event_id) DO UPDATE SET event_type = excluded.event_type, reason = excluded.reason, \
-             body = excluded.body, account_hint = excluded.account_hint, attempts = dead_letters.attempts + 1, last_seen_at = {}",
+            "UPDATE dead_letters SET reason = $3, attempts = attempts + 1, last_seen_at = {} \
+             WHERE source = $1 AND (event_id = $2 OR body_digest = $4)",
             now(b)
         ),
     );
-    on_conn!(conn, c => q
+    let n = on_conn!(conn, c => again
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(event_id)
+        .bind::<Text, _>(reason)
+        .bind::<Nullable<Text>, _>(digest)
+        .execute(c))?;
+    if n > 0 {
+        return Ok(Kept::Again);
+    }
+    let held = query(
+        b,
+        "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) AS count FROM dead_letters WHERE source = $1",
+    );
+    #[derive(diesel::QueryableByName)]
+    struct Held {
+        #[diesel(sql_type = BigInt)]
+        count: i64,
+    }
+    let held: Held = on_conn!(conn, c => held.bind::<Text, _>(source).get_result(c))?;
+    let size = i64::try_from(body.len()).unwrap_or(i64::MAX);
+    if held.count.saturating_add(size) > max_bytes {
+        return Ok(Kept::Full);
+    }
+    let q = query(
+        b,
+        "INSERT INTO dead_letters (source, event_id, event_type, reason, body, account_hint, body_digest, size) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+    );
+    let n = on_conn!(conn, c => q
         .bind::<Text, _>(source)
         .bind::<Text, _>(event_id)
         .bind::<Text, _>(event_type)
         .bind::<Text, _>(reason)
         .bind::<Text, _>(body)
         .bind::<Nullable<Text>, _>(account_hint)
+        .bind::<Nullable<Text>, _>(digest)
+        .bind::<BigInt, _>(size)
         .execute(c))?;
-    Ok(())
+    Ok(if n > 0 { Kept::New } else { Kept::Again })
 }
 
-/// A kept delivery as `dead-letters list` shows it (the body only when asked for).
+/// A kept delivery with its body, for a retry.
 #[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
 pub struct DeadLetter {
     #[diesel(sql_type = Text)]
@@ -218,12 +264,65 @@ pub struct DeadLetter {
     pub account_hint: Option<String>,
 }
 
-/// Dead letters, oldest first: all of them (of `source`), or those with `ids`; at
-/// most `limit`.
+/// A kept delivery as `dead-letters list` shows it: no body, its size.
+#[derive(Debug, Clone, diesel::QueryableByName, serde::Serialize)]
+pub struct DeadLetterSummary {
+    #[diesel(sql_type = Text)]
+    pub source: String,
+    #[diesel(sql_type = Text)]
+    pub event_id: String,
+    /// The account the delivery named (Shopify's shop header), if any.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub account: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub event_type: String,
+    #[diesel(sql_type = Text)]
+    pub reason: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempts: i32,
+    /// The kept body's bytes.
+    #[diesel(sql_type = BigInt)]
+    pub size: i64,
+    #[diesel(sql_type = Text)]
+    pub first_seen_at: String,
+    #[diesel(sql_type = Text)]
+    pub last_seen_at: String,
+}
+
+/// Dead letters without their bodies, oldest first (of `source`), at most `limit`.
+pub(crate) fn dead_letter_summaries(
+    conn: &mut Conn,
+    source: Option<&str>,
+    limit: i64,
+) -> diesel::QueryResult<Vec<DeadLetterSummary>> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT source, event_id, account_hint AS account, event_type, reason, attempts, size, {}, {} \
+             FROM dead_letters WHERE ($1 = '' OR source = $1) \
+             ORDER BY first_seen_at, source, event_id LIMIT $2",
+            crate::db::sql::display_time(b, "first_seen_at") + " AS first_seen_at",
+            crate::db::sql::display_time(b, "last_seen_at") + " AS last_seen_at",
+        ),
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source.unwrap_or("")).bind::<BigInt, _>(limit).load(c))
+}
+
+/// Which dead letters a read with bodies is for.
+pub(crate) enum Which<'a> {
+    /// These event ids.
+    Ids(&'a [String]),
+    /// Every one after this (source, event id), in that order: a page.
+    After(Option<(&'a str, &'a str)>),
+}
+
+/// Dead letters with their bodies (of `source`), by source and event id: those with
+/// `ids`, or a page after a position; at most `limit`.
 pub(crate) fn dead_letters(
     conn: &mut Conn,
     source: Option<&str>,
-    ids: Option<&[String]>,
+    which: Which<'_>,
     limit: i64,
 ) -> diesel::QueryResult<Vec<DeadLetter>> {
     let b = conn.backend();
@@ -233,24 +332,36 @@ pub(crate) fn dead_letters(
         crate::db::sql::display_time(b, "first_seen_at") + " AS first_seen_at",
         crate::db::sql::display_time(b, "last_seen_at") + " AS last_seen_at",
     );
-    if let Some(ids) = ids {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+    let (ids, after) = match which {
+        Which::Ids(ids) => {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            sql.push_str(&format!(
+                " AND event_id IN ({})",
+                crate::db::sql::in_list(3, ids.len())
+            ));
+            (ids, None)
         }
-        sql.push_str(&format!(
-            " AND event_id IN ({})",
-            crate::db::sql::in_list(3, ids.len())
-        ));
-    }
-    sql.push_str(" ORDER BY first_seen_at, source, event_id LIMIT $2");
+        Which::After(after) => {
+            if after.is_some() {
+                sql.push_str(" AND (source > $3 OR (source = $3 AND event_id > $4))");
+            }
+            (&[][..], after)
+        }
+    };
+    sql.push_str(" ORDER BY source, event_id LIMIT $2");
     let q = query(b, &sql);
     on_conn!(conn, c => {
         let mut q = q
             .into_boxed()
             .bind::<Text, _>(source.unwrap_or(""))
             .bind::<BigInt, _>(limit);
-        for id in ids.unwrap_or_default() {
+        for id in ids {
             q = q.bind::<Text, _>(id.as_str());
+        }
+        if let Some((s, e)) = after {
+            q = q.bind::<Text, _>(s).bind::<Text, _>(e);
         }
         q.load(c)
     })

@@ -15,7 +15,8 @@ pub(crate) use events::{
     forget_dead_letters_of_account, prune_dead_letters, prune_events, record_dead_letter,
     set_event_outcomes,
 };
-pub use events::{ClaimRow, DeadLetter, SourceCount};
+pub use events::{ClaimRow, DeadLetter, DeadLetterSummary, Kept, SourceCount};
+pub(crate) use events::{Which, dead_letter_summaries};
 pub(crate) use resources::{
     MAX_BATCH_ROWS, count_live, in_key_order, live_ids_before, purge_account, resource_row,
     stored_rows, stored_rows_in_range, stored_rows_with_states, tombstone, tombstone_account,

@@ -24,6 +24,8 @@ pub const MAX_BODY: &str = "1MiB";
 /// Deliveries handled at once; more are answered 503 at once. Bounds the memory a
 /// database outage can pile up (each waiting delivery holds its connection and body).
 pub const MAX_IN_FLIGHT: u32 = 256;
+/// The bytes of all request bodies being received at once.
+pub const MAX_BODY_BYTES_IN_FLIGHT: &str = "256MiB";
 /// HTTP connections open at once (at least `max_in_flight`). Bounds the memory of the
 /// retry storm that ends an outage (~20 KiB a connection); at the cap, idle and
 /// head-less connections make room, oldest first.

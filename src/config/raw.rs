@@ -61,6 +61,8 @@ pub struct RawHttp {
     pub listen: Option<String>,
     pub max_body: Option<String>,
     pub max_in_flight: Option<u32>,
+    /// The bytes of all request bodies being received at once (default 256MiB).
+    pub max_body_bytes_in_flight: Option<String>,
     pub max_connections: Option<u32>,
     pub max_connections_per_ip: Option<u32>,
     pub header_timeout: Option<String>,

@@ -64,6 +64,10 @@ pub struct HttpConfig {
     pub max_body: usize,
     /// Deliveries handled at once; more are answered 503 with `Retry-After`.
     pub max_in_flight: usize,
+    /// The bytes of all bodies being received at once (each counted at its declared
+    /// length, or `max_body` when it declares none); past it a new body is answered
+    /// 503 before it is read.
+    pub max_body_bytes_in_flight: usize,
     /// Connections open at once (0: no cap); at the cap, the oldest connection that is
     /// idle or has not sent a complete request head is closed to admit a new one.
     pub max_connections: usize,

@@ -7,11 +7,13 @@
 //!   while a keep-alive connection waits, which would make it the idle timeout too;
 //! - an **idle deadline** (`http.idle_timeout`): no byte read or written for that long;
 //! - the body's deadline is the handler's (`http.body_timeout`, 408: `http::receive`);
-//! - **caps** (`http.max_connections`, `http.max_connections_per_ip`): at a cap, the
-//!   oldest connection that is not in a request (idle, or without a complete head) is
-//!   closed to admit the new one; when every connection is in a request, the new one is
-//!   closed. A client that holds connections thus only ever displaces its own kind, and
-//!   a client's cost is bounded to its own address's share.
+//! - **caps** (`http.max_connections`, `http.max_connections_per_ip`, a client being an
+//!   IPv4 address or an IPv6 /64, what one host usually holds): at a cap, the oldest
+//!   connection that is not in a request (idle, or without a complete head) is closed
+//!   to admit the new one; at the total cap with none such, the oldest connection still
+//!   sending its body, of the client holding the most connections; else the new one is
+//!   closed. A client that holds connections thus only ever displaces its own kind or
+//!   its own slow bodies, and its cost is bounded to its own share.
 //!
 //! Senders retry what an outage refused all at once when it ends (the soak saw 5,000
 //! connections within a second, about 20 KiB each in hyper): the caps bound that memory.
@@ -79,7 +81,7 @@ pub async fn serve(
                 }
             },
         };
-        let Some(slot) = registry.admit(peer.ip()) else {
+        let Some(slot) = registry.admit(client_of(peer.ip())) else {
             metrics::counter!("http_connections_refused_total").increment(1);
             drop(stream);
             continue;
@@ -125,7 +127,23 @@ pub async fn serve(
     Ok(())
 }
 
-/// Open connections, oldest first, and how many each client address has.
+/// The client a peer address counts as: an IPv4 address, or an IPv6 address's /64 (a
+/// host is usually given a whole /64, so counting single addresses would let one host
+/// open as many connections as it has addresses).
+fn client_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let net = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(net))
+            }
+        },
+    }
+}
+
+/// Open connections, oldest first, and how many each client has.
 struct Registry {
     max_total: usize,
     max_per_ip: usize,
@@ -158,6 +176,30 @@ impl Open {
             .iter()
             .find(|(_, (addr, c))| ip.is_none_or(|ip| ip == *addr) && c.is_evictable())
             .map(|(id, _)| *id);
+        self.evict(victim)
+    }
+
+    /// Closes the oldest connection still sending its body, of the client holding the
+    /// most connections that has one: a few clients' slow bodies cannot fill the
+    /// listener, and no client loses a connection to another's.
+    fn evict_slow_body(&mut self) -> bool {
+        let mut clients: Vec<(usize, IpAddr)> =
+            self.per_ip.iter().map(|(ip, n)| (*n, *ip)).collect();
+        clients.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, ip) in clients {
+            let victim = self
+                .conns
+                .iter()
+                .find(|(_, (addr, c))| *addr == ip && c.is_receiving())
+                .map(|(id, _)| *id);
+            if victim.is_some() {
+                return self.evict(victim);
+            }
+        }
+        false
+    }
+
+    fn evict(&mut self, victim: Option<u64>) -> bool {
         match victim.and_then(|id| self.remove(id)) {
             Some(conn) => {
                 conn.evict.cancel();
@@ -188,7 +230,11 @@ impl Registry {
         {
             return None;
         }
-        if self.max_total > 0 && open.conns.len() >= self.max_total && !open.evict_oldest(None) {
+        if self.max_total > 0
+            && open.conns.len() >= self.max_total
+            && !open.evict_oldest(None)
+            && !open.evict_slow_body()
+        {
             return None;
         }
         let id = open.next_id;
@@ -231,6 +277,8 @@ struct Conn {
     requests: AtomicUsize,
     /// Requests whose head arrived, ever: a change tells the I/O a head completed.
     heads: AtomicU64,
+    /// Requests whose body is still arriving.
+    receiving: AtomicUsize,
     /// Cancelled to close the connection (a cap needs its place).
     evict: CancellationToken,
 }
@@ -238,6 +286,10 @@ struct Conn {
 impl Conn {
     fn is_evictable(&self) -> bool {
         self.requests.load(Ordering::Acquire) == 0
+    }
+
+    fn is_receiving(&self) -> bool {
+        self.receiving.load(Ordering::Acquire) > 0
     }
 }
 
@@ -256,6 +308,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for PerConnection {
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         self.conn.requests.fetch_add(1, Ordering::AcqRel);
         self.conn.heads.fetch_add(1, Ordering::AcqRel);
+        let request =
+            request.map(|body| axum::body::Body::new(Receiving::new(body, self.conn.clone())));
         let mut routes = self.routes.clone();
         let done = RequestDone(self.conn.clone());
         Box::pin(async move {
@@ -263,6 +317,60 @@ impl hyper::service::Service<hyper::Request<Incoming>> for PerConnection {
             drop(done);
             response
         })
+    }
+}
+
+/// A request's body, marking its connection as receiving one until its end arrives (or
+/// it is dropped).
+struct Receiving {
+    body: Incoming,
+    conn: Option<Arc<Conn>>,
+}
+
+impl Receiving {
+    fn new(body: Incoming, conn: Arc<Conn>) -> Self {
+        use hyper::body::Body as _;
+        let conn = (!body.is_end_stream()).then(|| {
+            conn.receiving.fetch_add(1, Ordering::AcqRel);
+            conn
+        });
+        Self { body, conn }
+    }
+
+    fn done(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.receiving.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl hyper::body::Body for Receiving {
+    type Data = hyper::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) || self.body.is_end_stream() {
+            self.done();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -428,5 +536,70 @@ impl AsyncWrite for Tracked {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v6(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64_and_a_mapped_ipv4_its_address() {
+        assert_eq!(client_of(v6("2001:db8:1:2:aaaa::1")), v6("2001:db8:1:2::"));
+        assert_eq!(
+            client_of(v6("2001:db8:1:2:ffff:ffff:ffff:ffff")),
+            v6("2001:db8:1:2::")
+        );
+        assert_ne!(client_of(v6("2001:db8:1:3::1")), v6("2001:db8:1:2::"));
+        assert_eq!(client_of(v6("::ffff:192.0.2.7")), v6("192.0.2.7"));
+        assert_eq!(client_of(v6("192.0.2.7")), v6("192.0.2.7"));
+    }
+
+    #[test]
+    fn one_64_is_one_client_under_the_per_client_cap() {
+        let registry = Arc::new(Registry::new(0, 3));
+        let mut held = Vec::new();
+        for n in 1..=3 {
+            let ip = client_of(v6(&format!("2001:db8:0:1::{n:x}")));
+            let slot = registry.admit(ip).expect("under the cap");
+            // In a request (not evictable), as a slow body would be.
+            slot.conn.requests.fetch_add(1, Ordering::AcqRel);
+            held.push(slot);
+        }
+        // A fourth address of the same /64 is the same client: at its cap.
+        assert!(
+            registry
+                .admit(client_of(v6("2001:db8:0:1::ffff")))
+                .is_none()
+        );
+        // Another /64 is another client.
+        assert!(registry.admit(client_of(v6("2001:db8:0:2::1"))).is_some());
+    }
+
+    #[test]
+    fn at_the_total_cap_the_oldest_slow_body_of_the_biggest_client_makes_room() {
+        let registry = Arc::new(Registry::new(5, 0));
+        let (a, b) = (v6("192.0.2.1"), v6("192.0.2.2"));
+        let mut held = Vec::new();
+        for ip in [b, a, a, a, b] {
+            let slot = registry.admit(ip).unwrap();
+            slot.conn.requests.fetch_add(1, Ordering::AcqRel);
+            slot.conn.receiving.fetch_add(1, Ordering::AcqRel);
+            held.push(slot);
+        }
+        // Full, every connection in a request: `a` holds the most; its oldest goes.
+        let probe = registry.admit(v6("192.0.2.3")).expect("room made");
+        probe.conn.requests.fetch_add(1, Ordering::AcqRel);
+        let evicted: Vec<bool> = held.iter().map(|s| s.conn.evict.is_cancelled()).collect();
+        assert_eq!(evicted, [false, true, false, false, false]);
+        // A connection past its body (being answered) is never taken.
+        for s in &held {
+            s.conn.receiving.store(0, Ordering::Release);
+        }
+        assert!(registry.admit(v6("192.0.2.4")).is_none());
     }
 }

@@ -61,6 +61,7 @@ pub fn router(state: HttpState) -> Routers {
         body_timeout: state.config.http.body_timeout,
         max_in_flight: state.config.http.max_in_flight,
         in_flight: Arc::new(tokio::sync::Semaphore::new(state.config.http.max_in_flight)),
+        bodies: Arc::new(BodyBudget::new(state.config.http.max_body_bytes_in_flight)),
     };
     let operations = crate::operations::Operations::new(state.config.clone(), state.store);
     let mut webhooks = Router::new();
@@ -249,6 +250,52 @@ struct Limits {
     body_timeout: std::time::Duration,
     max_in_flight: usize,
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// The bytes of the bodies being received (`http.max_body_bytes_in_flight`).
+    bodies: Arc<BodyBudget>,
+}
+
+/// The bytes all bodies being received may take together: unsigned bodies cost memory
+/// before any signature is checked, so their sum is bounded, not only each one.
+struct BodyBudget {
+    max: usize,
+    taken: std::sync::atomic::AtomicUsize,
+}
+
+impl BodyBudget {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            taken: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Room for a body of at most `bytes`, given back when the reservation drops;
+    /// `None` when the budget cannot hold it now.
+    fn reserve(self: &Arc<Self>, bytes: usize) -> Option<BodyReservation> {
+        use std::sync::atomic::Ordering;
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                t.checked_add(bytes).filter(|n| *n <= self.max)
+            })
+            .ok()?;
+        Some(BodyReservation {
+            budget: self.clone(),
+            bytes,
+        })
+    }
+}
+
+struct BodyReservation {
+    budget: Arc<BodyBudget>,
+    bytes: usize,
+}
+
+impl Drop for BodyReservation {
+    fn drop(&mut self) {
+        self.budget
+            .taken
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 async fn receive(receiver: &Receiver, limits: &Limits, headers: HeaderMap, body: Body) -> Response {
@@ -261,6 +308,12 @@ async fn receive(receiver: &Receiver, limits: &Limits, headers: HeaderMap, body:
     if declared.is_some_and(|n| n > max_body as u64) {
         return reply::too_large(receiver.source(), max_body);
     }
+    // Its room among the bodies being received, before a byte of it is read: at its
+    // declared length, or the most it may be.
+    let room = declared.map_or(max_body, |n| n as usize);
+    let Some(reserved) = limits.bodies.reserve(room) else {
+        return reply::bodies_full(receiver.source(), limits.bodies.max);
+    };
     // The body within its deadline: a client trickling bytes holds its own connection,
     // never an in-flight place.
     let bytes =
@@ -270,6 +323,9 @@ async fn receive(receiver: &Receiver, limits: &Limits, headers: HeaderMap, body:
             Ok(Err(_)) => return reply::too_large(receiver.source(), max_body),
             Err(_) => return reply::too_slow(receiver.source(), limits.body_timeout),
         };
+    // The body is read: the rest of the request holds it in `bytes`, bounded by the
+    // in-flight deliveries below.
+    drop(reserved);
     // Counted once the body is here: when the database is slow or gone, deliveries would
     // otherwise pile up by the thousand, each holding a connection and a body.
     let Ok(_permit) = limits.in_flight.try_acquire() else {

@@ -63,6 +63,23 @@ pub fn overloaded(source: &str, max_in_flight: usize) -> Response {
     ))
 }
 
+/// A delivery refused before its body is read: the bodies being received fill
+/// `http.max_body_bytes_in_flight`.
+pub fn bodies_full(source: &str, max: usize) -> Response {
+    count(source, "bodies_full", None);
+    if let Some(not_logged) = log_rejection(source, "bodies_full") {
+        tracing::warn!(
+            source,
+            max_body_bytes_in_flight = max,
+            not_logged,
+            "delivery refused before its body was read: the bodies being received fill http.max_body_bytes_in_flight; the sender will retry (later ones within a second are counted, not logged)"
+        );
+    }
+    unavailable(format!(
+        "{max} bytes of request bodies are already being received (http.max_body_bytes_in_flight); retry later"
+    ))
+}
+
 /// A request to `/admin/*` without the right token: counted, logged at most once a
 /// second (with how many were not), answered 401.
 pub fn admin_unauthorized() -> Response {

@@ -382,3 +382,100 @@ async fn without_an_admin_token_the_admin_routes_do_not_exist() {
     );
     assert_eq!(status_of(&app.client, app.url("/readyz"), None).await, 200);
 }
+
+/// The audit's case: 2,048 connections (the default `http.max_connections`) from ten
+/// addresses, each under the per-address cap, all sending a body slowly. Another client
+/// still gets in: the oldest slow body of the client holding the most is closed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_bodies_from_ten_addresses_filling_the_listener_make_room_for_another_client() {
+    let app = sqlite_app_with_http("", "body_timeout = \"60s\"").await;
+    let head = b"POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
+    let mut slow = Vec::new();
+    for c in 0..2048u32 {
+        let mut s = connect_from([127, 0, 0, 2 + (c % 10) as u8], app.addr).await;
+        s.write_all(head).await.unwrap();
+        slow.push(s);
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            open_connections(&app).await >= 2048
+        })
+        .await,
+        "the slow bodies never all got in"
+    );
+    for n in 0..3 {
+        delivered_within_a_second(&app, n).await;
+    }
+    assert_eq!(app.db.count("processed_events"), 3);
+    let mut closed = 0;
+    for s in &mut slow {
+        if closed_within(s, Duration::from_millis(1)).await {
+            closed += 1;
+        }
+    }
+    assert!(
+        (1..=10).contains(&closed),
+        "{closed} slow bodies closed to admit 3 probes (and /readyz reads)"
+    );
+}
+
+/// `http.max_body_bytes_in_flight`: bodies being received are bounded together; a new
+/// one that would pass it is answered 503 before a byte of it is read, a small signed
+/// delivery that fits still goes through, and the room comes back when a body ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bytes_of_bodies_being_received_are_bounded_together() {
+    let app = sqlite_app_with_http(
+        "",
+        "max_body_bytes_in_flight = \"64KiB\"\nbody_timeout = \"2s\"",
+    )
+    .await;
+    // One slow body declaring 60,000 bytes holds them while it trickles; a probe
+    // declaring 10,000 more is refused before its body is read. (Should a probe get in
+    // first, the slow body is the one refused: then both start again.)
+    let slow_head = b"POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n{";
+    let probe_head = b"POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000\r\n\r\n";
+    let read_some = |mut s: TcpStream, within: Duration| async move {
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(within, s.read(&mut buf))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(0);
+        (String::from_utf8_lossy(&buf[..n]).to_string(), s)
+    };
+    let mut refused = None;
+    let mut slow = None;
+    for _ in 0..10 {
+        let mut s = connect_from([127, 0, 0, 2], app.addr).await;
+        s.write_all(slow_head).await.unwrap();
+        let mut p = connect_from([127, 0, 0, 3], app.addr).await;
+        p.write_all(probe_head).await.unwrap();
+        let (answer, p) = read_some(p, Duration::from_millis(500)).await;
+        drop(p);
+        if answer.starts_with("HTTP/1.1 503") {
+            refused = Some(answer);
+            slow = Some(s);
+            break;
+        }
+    }
+    let (refused, mut slow) = (refused.expect("no probe was refused"), slow.unwrap());
+    assert!(refused.contains("max_body_bytes_in_flight"), "{refused}");
+    delivered_within_a_second(&app, 0).await;
+    // The slow body ends (408 at http.body_timeout): its room is back.
+    assert!(closed_within(&mut slow, Duration::from_secs(5)).await);
+    let mut s = connect_from([127, 0, 0, 3], app.addr).await;
+    let body = "x".repeat(10_000);
+    s.write_all(format!("POST /webhooks/shop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        text.starts_with("HTTP/1.1 401"),
+        "read, then refused as unsigned: {text}"
+    );
+}

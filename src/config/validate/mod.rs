@@ -204,6 +204,28 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "must be at least 1 (deliveries handled at once; default 256)",
         );
     }
+    let budget_text = raw
+        .http
+        .max_body_bytes_in_flight
+        .as_deref()
+        .unwrap_or(defaults::MAX_BODY_BYTES_IN_FLIGHT);
+    let max_body_bytes_in_flight = match budget_text.parse::<bytesize::ByteSize>() {
+        Ok(b) if b.as_u64() >= max_body as u64 => usize::try_from(b.as_u64()).unwrap_or(usize::MAX),
+        Ok(_) => {
+            c.fail(
+                "http.max_body_bytes_in_flight",
+                format!("{budget_text:?} is below http.max_body: no body of the largest size could be received; raise it (default {})", defaults::MAX_BODY_BYTES_IN_FLIGHT),
+            );
+            0
+        }
+        Err(_) => {
+            c.fail(
+                "http.max_body_bytes_in_flight",
+                format!("{budget_text:?} is not a size; write it like \"256MiB\""),
+            );
+            0
+        }
+    };
     let max_connections = match raw.http.max_connections {
         // 0 turns the cap off (behind a reverse proxy that bounds connections itself).
         Some(0) => 0,
@@ -463,6 +485,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 listen,
                 max_body,
                 max_in_flight: max_in_flight as usize,
+                max_body_bytes_in_flight,
                 max_connections: max_connections as usize,
                 max_connections_per_ip: max_connections_per_ip as usize,
                 header_timeout,

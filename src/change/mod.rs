@@ -353,6 +353,16 @@ impl Pointers<'_> {
                 Some(p) => {
                     let v = read_version(doc, p, self.version_format)?;
                     if let Some(latest) = self.latest_version.filter(|l| v > *l) {
+                        if self.version_format == VersionFormat::Integer {
+                            return Err(ExtractError::Invalid {
+                                what: "version",
+                                pointer: p.into(),
+                                reason: format!(
+                                    "{v} is above the kind's max_version ({latest}); a row at such a version could never be updated again. \
+                                     If the sender's versions really go that high, raise sources.NAME.kinds.KIND.max_version"
+                                ),
+                            });
+                        }
                         return Err(ExtractError::Invalid {
                             what: "version",
                             pointer: p.into(),
@@ -381,6 +391,38 @@ impl Pointers<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_integer_version_over_max_version_is_refused_naming_the_key() {
+        let pointers = |latest| Pointers {
+            id: "/id",
+            version: Some("/v"),
+            state: None,
+            version_format: VersionFormat::Integer,
+            action: Action::Upsert,
+            max_state_bytes: 1000,
+            latest_version: latest,
+        };
+        let pinned = json!({"id": "a", "v": i64::MAX});
+        let e = pointers(Some(1_000_000))
+            .read(&pinned, "s", "k")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_version"), "{e}");
+        let fine = json!({"id": "a", "v": 1_000_000});
+        assert_eq!(
+            pointers(Some(1_000_000))
+                .read(&fine, "s", "k")
+                .unwrap()
+                .version,
+            1_000_000
+        );
+        // Without a bound (the configuration warns), anything up to i64::MAX.
+        assert_eq!(
+            pointers(None).read(&pinned, "s", "k").unwrap().version,
+            i64::MAX
+        );
+    }
 
     #[test]
     fn integer_versions_accept_numbers_and_digit_strings_up_to_i64_max() {

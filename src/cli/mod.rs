@@ -232,6 +232,9 @@ fn print_config_summary(config: &Config) {
     }
     println!("  database: {}", config.database.redacted_url());
     println!("  listen:   {}", config.http.listen);
+    if let Some(admin) = &config.http.admin_listen {
+        println!("  admin:    {admin} (/readyz, /metrics, /changes, /admin/*)");
+    }
     for s in &config.sources {
         println!(
             "  source {}: POST {} ({}, {} secret{}), kinds: {}",

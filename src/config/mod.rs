@@ -30,7 +30,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 pub use raw::RawConfig;
 pub use secret::{WebhookSecret, from_file_or_env as secret_from_file_or_env};
 pub use types::*;
-pub use validate::{parse_duration, redact_password as redact_database_url};
+pub use validate::{parse_duration, redact_password as redact_database_url, redact_secrets_in};
 
 /// Environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "WEBHOOK_RECONCILER_CONFIG";

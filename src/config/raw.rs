@@ -293,6 +293,8 @@ pub struct RawKind {
     pub id: Option<String>,
     pub version: Option<String>,
     pub version_format: Option<VersionFormat>,
+    /// Integer versions: the highest one accepted (a higher one is a dead letter).
+    pub max_version: Option<i64>,
     /// `item` (default: the `version` pointer) or `response_date`: the listing's or
     /// get's `Date` header, for senders whose objects carry no version.
     pub version_from: Option<VersionFrom>,

@@ -408,9 +408,14 @@ pub struct EventMapping {
 
 /// The latest version accepted at `now_micros` for versions in `format`, `ahead` of now:
 /// only timestamps are bounded.
-pub fn latest_version(format: VersionFormat, ahead: Duration, now_micros: i64) -> Option<i64> {
+pub fn latest_version(
+    format: VersionFormat,
+    ahead: Duration,
+    max_version: Option<i64>,
+    now_micros: i64,
+) -> Option<i64> {
     match format {
-        VersionFormat::Integer => None,
+        VersionFormat::Integer => max_version,
         VersionFormat::Rfc3339 | VersionFormat::Unix => {
             Some(now_micros.saturating_add(i64::try_from(ahead.as_micros()).unwrap_or(i64::MAX)))
         }
@@ -436,6 +441,8 @@ pub struct KindConfig {
     pub max_state_bytes: usize,
     /// The source's `max_version_ahead`, for timestamp versions.
     pub max_version_ahead: Duration,
+    /// `max_version`, for integer versions: the highest accepted.
+    pub max_version: Option<i64>,
     pub list: Option<String>,
     pub pagination: Pagination,
     pub items: String,
@@ -469,7 +476,12 @@ impl KindConfig {
     /// The latest version accepted at `now` (microseconds since the epoch): only
     /// timestamp versions are bounded.
     pub fn latest_version(&self, now_micros: i64) -> Option<i64> {
-        latest_version(self.version_format, self.max_version_ahead, now_micros)
+        latest_version(
+            self.version_format,
+            self.max_version_ahead,
+            self.max_version,
+            now_micros,
+        )
     }
 
     /// A kind without a version field is insert-once: webhooks never overwrite it.

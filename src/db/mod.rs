@@ -283,8 +283,12 @@ fn connect(
 ) -> Result<Conn, ConnectError> {
     match backend {
         Backend::Postgres => {
-            let mut c = PgConnection::establish(url)
-                .map_err(|e| ConnectError(format!("cannot connect to PostgreSQL: {e}")))?;
+            let mut c = PgConnection::establish(url).map_err(|e| {
+                ConnectError(format!(
+                    "cannot connect to PostgreSQL: {}",
+                    crate::config::redact_secrets_in(&e.to_string(), url)
+                ))
+            })?;
             // No JIT: every statement here touches a handful of rows, but the planner's
             // cost of one grows with the dead rows a table carries, and past
             // jit_above_cost each execution compiled itself first. With change_pending

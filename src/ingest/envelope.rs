@@ -107,6 +107,8 @@ pub struct KindMapping {
     pub version_format: VersionFormat,
     pub max_state_bytes: usize,
     pub max_version_ahead: std::time::Duration,
+    /// Integer versions: the highest accepted.
+    pub max_version: Option<i64>,
     /// (pointer, prefix) pairs the body must match: it confirms the kind.
     pub match_prefixes: Vec<(String, String)>,
     /// The kind has a `get` endpoint: a conflict is settled through it.
@@ -148,6 +150,7 @@ impl KindMapping {
             latest_version: crate::config::latest_version(
                 self.version_format,
                 self.max_version_ahead,
+                self.max_version,
                 now_micros,
             ),
         }

@@ -97,6 +97,7 @@ impl Ingest {
                         version_format: kind.version_format,
                         max_state_bytes: kind.max_state_bytes,
                         max_version_ahead: kind.max_version_ahead,
+                        max_version: kind.max_version,
                         match_prefixes: kind.match_prefixes.clone(),
                         has_get: kind.get.is_some(),
                     },

@@ -541,3 +541,32 @@ fn the_man_pages_and_completions_include_the_operators_commands() {
         assert!(script.contains(word), "{word}");
     }
 }
+
+/// A password with a raw `/` or `@` in the URL: libpq's own message quotes a cut piece
+/// of it (as a port, as a host name); no piece of it is printed.
+#[test]
+fn no_piece_of_a_badly_written_database_password_is_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    for (url, pieces) in [
+        (
+            "postgres://u:SeCr3t8/xyz@127.0.0.1:5432/db",
+            ["SeCr3t", "xyz"],
+        ),
+        ("postgres://u:Se@Cr3tTail@127.0.0.1:1/db", ["Cr3t", "Tail"]),
+    ] {
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, format!("[database]\nurl = \"{url}\"\n")).unwrap();
+        let out = bin()
+            .arg("--config")
+            .arg(&cfg)
+            .arg("migrate")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("PostgreSQL"), "{err}");
+        for piece in pieces {
+            assert!(!err.contains(piece), "{piece:?} printed: {err}");
+        }
+    }
+}

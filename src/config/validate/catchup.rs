@@ -48,6 +48,7 @@ pub(super) fn validate_catchup(
         },
     );
     let listing = KindConfig {
+        max_version: None,
         name: CATCHUP_KIND.to_string(),
         listing: Listing::Events,
         max_state_bytes: usize::MAX,

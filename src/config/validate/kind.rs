@@ -28,6 +28,17 @@ pub(super) fn warn_mappings(c: &mut Checker, base: &str, k: &KindConfig, scheme:
             );
         }
     }
+    if k.version_format == VersionFormat::Integer
+        && k.max_version.is_none()
+        && k.events.values().any(|e| e.version.is_some())
+    {
+        c.warn(
+            format!("{base}.max_version"),
+            "integer versions have no bound: one authentic delivery with version 9223372036854775807 would pin a row \
+             for good (nothing newer could replace it; only someone holding the webhook secret can send one). Set \
+             max_version to the highest version the sender can reach, e.g. max_version = 1000000000000",
+        );
+    }
     if k.by_fetch_time() && k.list.is_none() && k.get.is_none() {
         c.warn(
             format!("{base}.version_from"),
@@ -107,6 +118,14 @@ pub(super) fn validate_kind(
     let pagination = raw.pagination.unwrap_or_default();
     let version_format = raw.version_format.unwrap_or_default();
     let version_from = raw.version_from.unwrap_or_default();
+    match raw.max_version {
+        Some(_) if version_format != VersionFormat::Integer => c.fail(
+            key("max_version"),
+            "is for integer versions; a timestamp version is bounded by the source's max_version_ahead",
+        ),
+        Some(m) if m < 1 => c.fail(key("max_version"), format!("{m} must be at least 1")),
+        _ => {}
+    }
     if version_from == VersionFrom::ResponseDate {
         if raw.version.is_some() {
             c.fail(
@@ -163,6 +182,7 @@ pub(super) fn validate_kind(
         // Set from http.max_body once it is known (validate::validate).
         max_state_bytes: usize::MAX,
         max_version_ahead: defaults::MAX_VERSION_AHEAD,
+        max_version: raw.max_version,
         list: raw.list.clone(),
         pagination,
         items: paging.items,

@@ -562,6 +562,58 @@ pub fn redact_password(url: &str) -> String {
     format!("{scheme}://{masked}")
 }
 
+/// `message` (a driver's error about `url`) with every piece of `url`'s password masked:
+/// libpq quotes what it could not parse, and a password with a raw `/` or `@` is cut
+/// there and shown as a port or a host name.
+pub fn redact_secrets_in(message: &str, url: &str) -> String {
+    let Some((_, rest)) = url.split_once("://") else {
+        return message.to_string();
+    };
+    let mut secrets = Vec::new();
+    if let Some(at) = rest.rfind('@') {
+        if let Some((_, password)) = rest[..at].split_once(':') {
+            secrets.push(password.to_string());
+        }
+    }
+    for segment in rest.split(['?', '&']) {
+        if let Some((key, value)) = segment.split_once('=') {
+            if is_password_key(key) {
+                secrets.push(value.to_string());
+            }
+        }
+    }
+    let mut out = message.to_string();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        out = mask_fragments(&out, secret);
+    }
+    out
+}
+
+/// `text` with every run of at least 4 characters (the whole secret, if shorter) that
+/// also occurs in `secret` replaced by `***`.
+fn mask_fragments(text: &str, secret: &str) -> String {
+    let shortest = secret.len().min(4);
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let longest = (shortest..=secret.len().min(text.len() - i))
+            .rev()
+            .find(|n| text.is_char_boundary(i + n) && secret.contains(&text[i..i + n]));
+        match longest {
+            Some(n) => {
+                out.push_str("***");
+                i += n;
+            }
+            None => {
+                let c = text[i..].chars().next().unwrap_or(' ');
+                out.push(c);
+                i += c.len_utf8().max(1);
+            }
+        }
+    }
+    out
+}
+
 /// Whether `url`'s host is a link-local IP address.
 fn is_link_local(url: &str) -> bool {
     let Ok(u) = url::Url::parse(url) else {

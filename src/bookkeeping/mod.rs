@@ -433,7 +433,22 @@ impl Bookkeeping {
     /// The kind's latest `limit` runs, newest first.
     pub async fn recent_runs(&self, key: &Key, limit: i64) -> Result<Vec<RunRow>, DbError> {
         let k = key.clone();
-        self.db.read(move |c| sql::recent_runs(c, &k, limit)).await
+        self.db
+            .read(move |c| sql::recent_runs(c, &k, false, limit))
+            .await
+    }
+
+    /// The latest runs of `source`'s `kind` in any of its accounts, newest first.
+    pub async fn recent_runs_of_every_account(
+        &self,
+        source: &str,
+        kind: &str,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, DbError> {
+        let k = Key::new(source, kind);
+        self.db
+            .read(move |c| sql::recent_runs(c, &k, true, limit))
+            .await
     }
 
     /// How many items the kind's last successful full sweep listed.

@@ -20,7 +20,8 @@ const VERSION: &str = concat!(
 #[derive(Debug, Parser)]
 #[command(name = "webhook-reconciler", version = VERSION, about)]
 pub struct Cli {
-    /// Configuration file (TOML). Without it, built-in defaults; environment variables
+    /// Configuration file (TOML). Without it, /etc/webhook-reconciler/config.toml when
+    /// it exists, else built-in defaults; environment variables
     /// WEBHOOK_RECONCILER__SECTION__KEY override either.
     #[arg(long, global = true, env = CONFIG_ENV, value_name = "FILE")]
     pub config: Option<PathBuf>,

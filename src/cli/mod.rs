@@ -130,8 +130,9 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
         };
     }
+    let config_path = config_path(cli.config.as_deref());
     if let Command::Config = cli.command {
-        return match Config::effective_toml(cli.config.as_deref()) {
+        return match Config::effective_toml(config_path.as_deref()) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS
@@ -139,14 +140,14 @@ pub async fn run(cli: Cli) -> ExitCode {
             Err(e) => config_error(&e),
         };
     }
-    let config = match Config::load(cli.config.as_deref()) {
+    let config = match Config::load(config_path.as_deref()) {
         Ok(c) => c,
-        Err(e) => return config_error(&e),
+        Err(e) => return config_error_in(&e, config_path.as_deref()),
     };
     crate::telemetry::init(&config.log);
     let result = match cli.command {
         Command::CheckConfig => {
-            print_config_summary(&config);
+            print_config_summary(&config, config_path.as_deref());
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
@@ -225,8 +226,12 @@ fn config_error(e: &ConfigError) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-fn print_config_summary(config: &Config) {
+fn print_config_summary(config: &Config, path: Option<&std::path::Path>) {
     println!("configuration OK");
+    match path {
+        Some(p) => println!("  file:     {}", p.display()),
+        None => println!("  file:     none (built-in defaults; --config FILE names one)"),
+    }
     for w in &config.warnings {
         println!("  warning: {}: {}", w.key, w.message);
     }
@@ -357,4 +362,21 @@ async fn changes(
             }
         }
     }
+}
+
+/// The configuration file a command reads: the one named (`--config` or
+/// `$WEBHOOK_RECONCILER_CONFIG`), else the installed one when it exists, else none.
+fn config_path(given: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    given.map(std::path::Path::to_path_buf).or_else(|| {
+        let installed = std::path::Path::new(crate::config::INSTALLED_CONFIG);
+        installed.is_file().then(|| installed.to_path_buf())
+    })
+}
+
+/// A configuration error, naming the file it was read from.
+fn config_error_in(e: &crate::config::ConfigError, path: Option<&std::path::Path>) -> ExitCode {
+    if let Some(p) = path {
+        eprintln!("in {}:", p.display());
+    }
+    config_error(e)
 }

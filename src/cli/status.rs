@@ -58,9 +58,18 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let book = Bookkeeping::new(db.clone());
     let mut kinds = Vec::new();
     for f in freshness(&book, config).await? {
-        let recent_runs = book
-            .recent_runs(&Key::new(&f.source, &f.kind), RECENT_RUNS)
-            .await?;
+        // A many-account kind's last run is its latest in any account: its freshness
+        // covers them all, so "last run" and "last success" speak of the same runs.
+        let many = config
+            .source(&f.source)
+            .is_some_and(|s| s.accounts.is_some());
+        let recent_runs = if many {
+            book.recent_runs_of_every_account(&f.source, &f.kind, RECENT_RUNS)
+                .await?
+        } else {
+            book.recent_runs(&Key::new(&f.source, &f.kind), RECENT_RUNS)
+                .await?
+        };
         kinds.push(KindStatus {
             freshness: f,
             recent_runs,
@@ -237,17 +246,31 @@ fn print_accounts(a: &AccountsStatus) {
     }
     for o in &a.most_overdue {
         println!(
-            "  {}[{}]/{}: {}, due {:.0}s ago{}",
+            "  {}[{}]/{}: {}, {}{}",
             o.source,
             o.account,
             o.kind,
             o.status,
-            o.overdue_secs.max(0.0),
+            due_text(o.overdue_secs),
             o.error
                 .as_deref()
                 .map(|e| format!(" — {e}"))
                 .unwrap_or_default()
         );
+    }
+}
+
+/// "overdue by 3m" for an account-kind past its due time, "due in 45m" for one not yet
+/// due (a failed one is listed before it is due again).
+fn due_text(overdue_secs: f64) -> String {
+    let secs = overdue_secs.abs().round() as u64;
+    // Whole minutes past a minute: seconds are noise at that scale.
+    let rounded = if secs >= 60 { secs - secs % 60 } else { secs };
+    let d = humantime::format_duration(std::time::Duration::from_secs(rounded));
+    if overdue_secs >= 0.0 {
+        format!("overdue by {d}")
+    } else {
+        format!("due in {d}")
     }
 }
 
@@ -266,4 +289,15 @@ pub async fn prune(config: &Config) -> anyhow::Result<()> {
         report.seconds
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_account_kind_is_overdue_by_or_due_in_never_due_a_negative_time_ago() {
+        assert_eq!(super::due_text(-2710.0), "due in 45m");
+        assert_eq!(super::due_text(185.0), "overdue by 3m");
+        assert_eq!(super::due_text(12.4), "overdue by 12s");
+        assert_eq!(super::due_text(0.0), "overdue by 0s");
+    }
 }

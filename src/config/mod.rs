@@ -34,6 +34,9 @@ pub use validate::{parse_duration, redact_password as redact_database_url, redac
 
 /// Environment variable naming the configuration file when `--config` is not given.
 pub const CONFIG_ENV: &str = "WEBHOOK_RECONCILER_CONFIG";
+/// The configuration the package installs: read when no file is named, so the day-2
+/// commands on a packaged host see the service's database.
+pub const INSTALLED_CONFIG: &str = "/etc/webhook-reconciler/config.toml";
 /// Prefix of the environment overrides: `WEBHOOK_RECONCILER__DATABASE__URL=...`.
 pub const ENV_PREFIX: &str = "WEBHOOK_RECONCILER__";
 

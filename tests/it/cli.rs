@@ -570,3 +570,36 @@ fn no_piece_of_a_badly_written_database_password_is_printed() {
         }
     }
 }
+
+/// Which configuration a command reads is said: `check-config` names the file, whether
+/// given by `--config` or by `$WEBHOOK_RECONCILER_CONFIG` (without either, the installed
+/// /etc/webhook-reconciler/config.toml when it exists); an error in it names the file.
+#[test]
+fn check_config_names_the_file_it_read_and_an_error_names_it_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[http]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let out = bin()
+        .arg("check-config")
+        .env("WEBHOOK_RECONCILER_CONFIG", &good)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("file:     {}", good.display())),
+        "{text}"
+    );
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[http]\nmax_in_flight = 0\n").unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&bad)
+        .arg("check-config")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&bad.display().to_string()), "{err}");
+    assert!(err.contains("http.max_in_flight"), "{err}");
+}

@@ -138,14 +138,20 @@ pub struct RunRow {
 pub(crate) fn recent_runs(
     conn: &mut Conn,
     key: &Key,
+    any_account: bool,
     limit: i64,
 ) -> diesel::QueryResult<Vec<RunRow>> {
     let b = conn.backend();
+    let account = if any_account {
+        "($4 = $4)"
+    } else {
+        "account = $4"
+    };
     let q = query(
         b,
         &format!(
             "SELECT mode, status, {} AS started_at, {} AS finished_at, scanned, missing, newer_remote, differing, newer_local, applied, error \
-             FROM reconcile_runs WHERE source = $1 AND kind = $2 AND account = $4 ORDER BY id DESC LIMIT $3",
+             FROM reconcile_runs WHERE source = $1 AND kind = $2 AND {account} ORDER BY id DESC LIMIT $3",
             display_time(b, "started_at"),
             display_time(b, "finished_at"),
         ),

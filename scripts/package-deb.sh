@@ -9,7 +9,9 @@ if ! cargo deb --version >/dev/null 2>&1; then
   cargo install --locked --quiet cargo-deb
 fi
 cargo build --locked --release
-bin=target/release/webhook-reconciler
+# The binary is where cargo put it (CARGO_TARGET_DIR, if set); the generated assets stay
+# in ./target/deb-assets, where Cargo.toml's [package.metadata.deb] names them.
+bin="${CARGO_TARGET_DIR:-target}/release/webhook-reconciler"
 assets=target/deb-assets
 rm -rf "$assets" && mkdir -p "$assets"/{systemd,man,completions}
 "$bin" man --dir "$assets/man"

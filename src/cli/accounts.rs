@@ -82,7 +82,10 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
             };
             if json {
                 println!("{}", serde_json::to_string(&rows)?);
+            } else if rows.is_empty() {
+                println!("no accounts registered");
             } else {
+                println!("SOURCE\tACCOUNT\tSTATE\tAPI BASE\tCREDENTIAL\tADDED");
                 for r in &rows {
                     println!(
                         "{}\t{}\t{}\t{}\t{}\t{}",

@@ -294,7 +294,7 @@ pub(crate) async fn open_migrated(config: &Config) -> anyhow::Result<Db> {
     if !db.is_migrated().await? {
         return Err(NotMigrated(format!(
             "the database {} has no schema of this version yet",
-            crate::config::redact_database_url(url)
+            config.database.redacted_url()
         ))
         .into());
     }

@@ -228,6 +228,14 @@ pub async fn explain(
         crate::change::Key::new(&x.source, &x.kind).in_account(&x.account),
         x.id
     );
+    if x.row.is_none() && !x.in_accounts.is_empty() {
+        println!(
+            "{name}: no row in the source's own account; {} serves many accounts, and {} of them hold this id: {} (name one with --account)",
+            x.source,
+            x.in_accounts.len(),
+            x.in_accounts.join(", ")
+        );
+    }
     match &x.row {
         None => println!("{name}: no row"),
         Some(r) => {

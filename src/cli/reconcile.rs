@@ -160,8 +160,16 @@ fn run_name(source: &str, account: &str, kind: &str) -> String {
 }
 
 fn print_table(reports: &[KindReport]) {
+    // The first column as wide as its longest name (an account id can be long), so the
+    // numbers stay under their headings.
+    let width = reports
+        .iter()
+        .map(|r| run_name(&r.source, &r.account, &r.kind).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     println!(
-        "{:<24} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>9}",
+        "{:<width$} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>9}",
         "KIND",
         "STATUS",
         "PAGES",
@@ -187,7 +195,7 @@ fn print_table(reports: &[KindReport]) {
             RunStatus::Paused => "paused",
         };
         println!(
-            "{:<24} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>8.1}s",
+            "{:<width$} {:<10} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>6} {:>8.1}s",
             run_name(&r.source, &r.account, &r.kind),
             status,
             c.pages,

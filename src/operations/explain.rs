@@ -30,6 +30,10 @@ pub struct Explanation {
     pub changes: Vec<ResourceChange>,
     /// The reconcile runs that wrote a change of it.
     pub runs: Vec<RunRow>,
+    /// On a many-account source asked without an account: the accounts that hold a row
+    /// with this id (at most 20).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_accounts: Vec<String>,
 }
 
 impl Explanation {
@@ -66,7 +70,22 @@ impl Operations {
                 }
             }
         }
+        let many = self
+            .config
+            .source(source)
+            .is_some_and(|s| s.accounts.is_some());
+        let in_accounts = if many && account.is_empty() {
+            self.store
+                .accounts_with(source, kind, id, 20)
+                .await?
+                .into_iter()
+                .filter(|a| !a.is_empty())
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Explanation {
+            in_accounts,
             source: source.to_string(),
             account: account.to_string(),
             kind: kind.to_string(),

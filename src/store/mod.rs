@@ -390,6 +390,21 @@ impl Store {
             .await
     }
 
+    /// The accounts holding a resource of `source`'s `kind` with `id` (`explain` without
+    /// an account), at most `limit`.
+    pub async fn accounts_with(
+        &self,
+        source: &str,
+        kind: &str,
+        id: &str,
+        limit: i64,
+    ) -> Result<Vec<String>, DbError> {
+        let (s, k, i) = (source.to_string(), kind.to_string(), id.to_string());
+        self.db
+            .read(move |c| sql::accounts_with(c, &s, &k, &i, limit))
+            .await
+    }
+
     /// One resource's row with its bookkeeping columns (`explain`).
     pub async fn resource_row(&self, key: &ResourceKey) -> Result<Option<ResourceRow>, DbError> {
         let key = key.clone();

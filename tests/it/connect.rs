@@ -213,6 +213,14 @@ async fn each_accounts_reconcile_sends_its_stripe_account_and_credential_and_nev
         ]
     );
     assert_eq!(names(&db, ""), [("cus_2".into(), "platform's".into())]);
+    // `explain` without an account on a many-account source names the accounts that
+    // hold the id (the platform's own has no cus_1).
+    let x = life
+        .explain("stripe", "customer", "cus_1", None)
+        .await
+        .unwrap();
+    assert!(x.is_unknown());
+    assert_eq!(x.in_accounts, ["acct_a", "acct_b"]);
     // Each request named its account, with that account's credential or the platform's.
     let headers = sim.account_headers();
     let credentials = sim.credentials();

@@ -545,3 +545,29 @@ pub(crate) fn resource_row(
         .load(c))?;
     Ok(rows.pop())
 }
+
+/// The accounts holding a row of `source`'s `kind` with `id`, at most `limit`.
+pub(crate) fn accounts_with(
+    conn: &mut Conn,
+    source: &str,
+    kind: &str,
+    id: &str,
+    limit: i64,
+) -> diesel::QueryResult<Vec<String>> {
+    #[derive(diesel::QueryableByName)]
+    struct A {
+        #[diesel(sql_type = Text)]
+        account: String,
+    }
+    let q = query(
+        conn.backend(),
+        "SELECT account FROM resources WHERE source = $1 AND kind = $2 AND id = $3 ORDER BY account LIMIT $4",
+    );
+    let rows: Vec<A> = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(kind)
+        .bind::<Text, _>(id)
+        .bind::<diesel::sql_types::BigInt, _>(limit)
+        .load(c))?;
+    Ok(rows.into_iter().map(|a| a.account).collect())
+}

@@ -214,8 +214,10 @@ fn print_table(reports: &[KindReport]) {
                 println!("{}: {error}", run_name(&r.source, &r.account, &r.kind))
             }
             RunStatus::Paused => println!(
-                "{}: paused by an operator; `webhook-reconciler reconcile resume {}` ends it",
+                "{}: paused by an operator; `webhook-reconciler reconcile resume {} {}` ends it (or `reconcile resume {}`, when the whole source was paused; `status` lists the pauses)",
                 run_name(&r.source, &r.account, &r.kind),
+                r.source,
+                r.kind,
                 r.source
             ),
             RunStatus::Skipped {

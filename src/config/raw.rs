@@ -211,6 +211,9 @@ pub struct RawAccounts {
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCatchup {
+    /// `false` turns the catch-up off (a preset's, Stripe's, included).
+    #[serde(default)]
+    pub enabled: Option<bool>,
     pub list: String,
     pub pagination: Option<Pagination>,
     pub items: Option<String>,

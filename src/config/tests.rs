@@ -641,3 +641,22 @@ fn an_unbounded_integer_version_is_a_warning_and_max_version_is_for_integers_onl
     .to_string();
     assert!(e.contains("sources.s.kinds.k.max_version"), "{e}");
 }
+
+#[test]
+fn a_presets_catchup_is_switched_off_with_enabled_false_and_an_empty_list_is_refused() {
+    let base = "[sources.stripe]\npreset = \"stripe\"\napi_token = \"sk_test_0123456789\"\n[sources.stripe.webhook]\nsecrets = [\"whsec_c3RyaXBlLXNpbXVsYXRvci1zZWNyZXQ\"]\n";
+    let on = Config::from_toml_str(base).unwrap();
+    assert!(on.sources[0].catchup.is_some());
+    let off = Config::from_toml_str(&format!(
+        "{base}[sources.stripe.catchup]\nenabled = false\n"
+    ))
+    .unwrap();
+    assert!(off.sources[0].catchup.is_none());
+    let e = Config::from_toml_str(&format!("{base}[sources.stripe.catchup]\nlist = \"\"\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sources.stripe.catchup.list") && e.contains("enabled = false"),
+        "{e}"
+    );
+}

@@ -134,6 +134,7 @@ impl Pusher {
         self.feed
             .position_or_start(name, self.consumer.start)
             .await?;
+        let mut operator_paused = false;
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
@@ -141,6 +142,13 @@ impl Pusher {
             // Read every round: an operator may pause the consumer or rewind it (from
             // any replica); each takes effect at the next batch.
             let (position, paused) = self.feed.state(name).await?;
+            if paused != operator_paused {
+                // An operator's pause shows like a stuck consumer's, so the same alert
+                // and dashboard see it.
+                operator_paused = paused;
+                metrics::gauge!("feed_consumer_paused", "consumer" => name.to_string())
+                    .set(if paused { 1.0 } else { 0.0 });
+            }
             if paused {
                 tokio::select! {
                     () = tokio::time::sleep(POLL) => {}

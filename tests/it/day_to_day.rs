@@ -286,6 +286,27 @@ async fn a_rewound_consumer_gets_the_same_ids_again_and_a_paused_one_waits(b: Ba
     assert_eq!(code, 0);
     let (_, listed, _) = cli(&dir, &toml, &["consumers", "list", "--json"]);
     assert_eq!(json_of(&listed)[0]["paused"], true, "{listed}");
+    // The pause shows where a stuck consumer's does (its alert and dashboard).
+    let metrics = || async {
+        app.client
+            .get(app.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            metrics()
+                .await
+                .contains("feed_consumer_paused{consumer=\"app\"} 1")
+        })
+        .await,
+        "{}",
+        metrics().await
+    );
     for i in 11..=12 {
         let e = order(&format!("r{i}"), &format!("o{i}"), 1, "created");
         assert_eq!(app.deliver(&e).await.0, 200);

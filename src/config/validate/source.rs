@@ -142,7 +142,13 @@ pub(super) fn validate_source(
         kinds.push(k);
     }
 
-    let catchup = raw.catchup.as_ref().map(|cu| {
+    let catchup = raw.catchup.as_ref().filter(|cu| cu.enabled != Some(false)).map(|cu| {
+        if cu.list.trim().is_empty() {
+            c.fail(
+                key("catchup.list"),
+                "is empty; to turn the catch-up off write `enabled = false` in [sources.NAME.catchup]",
+            );
+        }
         let cu = validate_catchup(c, name, cu);
         if cu.listing.list.as_deref().is_some_and(|l| !is_absolute(l)) && raw.api_base.is_none() {
             c.fail(

@@ -133,6 +133,36 @@ impl Config {
                 );
             }
         }
+        // A many-account source's keys its preset fills in (how accounts are told apart,
+        // where their bases may point), as they are in effect.
+        for s in &config.sources {
+            let (Some(a), Some(table)) = (
+                &s.accounts,
+                value
+                    .get_mut("sources")
+                    .and_then(|v| v.get_mut(&s.name))
+                    .and_then(|v| v.get_mut("accounts"))
+                    .and_then(|v| v.as_table_mut()),
+            ) else {
+                continue;
+            };
+            let text = |v: &str| toml::Value::String(v.to_string());
+            for (key, v) in [
+                ("from", &a.from),
+                ("header", &a.header),
+                ("api_base", &a.api_base),
+            ] {
+                if let Some(v) = v {
+                    table.entry(key).or_insert_with(|| text(v));
+                }
+            }
+            table
+                .entry("concurrency")
+                .or_insert_with(|| toml::Value::Integer(a.concurrency as i64));
+            table.entry("api_bases").or_insert_with(|| {
+                toml::Value::Array(a.api_bases.iter().map(|p| text(&p.to_string())).collect())
+            });
+        }
         toml::to_string_pretty(&value)
             .map_err(|e| ConfigError::one("(file)", format!("cannot print it: {e}")))
     }

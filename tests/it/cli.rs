@@ -603,3 +603,31 @@ fn check_config_names_the_file_it_read_and_an_error_names_it_too() {
     assert!(err.contains(&bad.display().to_string()), "{err}");
     assert!(err.contains("http.max_in_flight"), "{err}");
 }
+
+/// `config` prints what is in effect, a preset's account keys included.
+#[test]
+fn config_prints_the_keys_a_preset_fills_for_many_accounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[sources.stripe]\npreset = \"stripe\"\napi_token = \"sk_test_0123456789\"\n[sources.stripe.webhook]\nsecrets = [\"whsec_c3RyaXBlLXNpbXVsYXRvci1zZWNyZXQ\"]\n[sources.stripe.accounts]\n",
+    )
+    .unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("config")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    for line in [
+        "from = \"/account\"",
+        "header = \"Stripe-Account\"",
+        "api_bases = [\"https://api.stripe.com/\"]",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains("sk_test_0123456789"), "{text}");
+}

@@ -12,10 +12,11 @@
 
 use std::time::Duration;
 
+mod pauses;
 mod schedule;
 mod sql;
 
-use crate::change::{Key, PauseKey};
+use crate::change::Key;
 use crate::db::{Conn, Db, DbError, DbTime};
 pub use schedule::{DueCount, DueStatus, Overdue};
 pub use sql::{Checkpoint, PausedRow, PruneRow, RunRow, SuccessAge, SweepState};
@@ -463,28 +464,6 @@ impl Bookkeeping {
     pub async fn runs_at(&self, key: &Key, at: &str) -> Result<Vec<RunRow>, DbError> {
         let (k, at) = (key.clone(), at.to_string());
         self.db.read(move |c| sql::runs_at(c, &k, &at)).await
-    }
-
-    /// Pauses or resumes reconciling one kind or every kind of a source, for every
-    /// replica and the one-shot command; whether anything changed.
-    pub async fn set_paused(&self, key: &PauseKey, paused: bool) -> Result<bool, DbError> {
-        let (s, k) = (key.source.clone(), key.kinds.stored().to_string());
-        self.db
-            .write(move |c| sql::set_reconcile_paused(c, &s, &k, paused))
-            .await
-    }
-
-    /// Whether `kind` of `source` is paused (by itself or with its source).
-    pub async fn is_paused(&self, source: &str, kind: &str) -> Result<bool, DbError> {
-        let (s, k) = (source.to_string(), kind.to_string());
-        self.db
-            .read(move |c| sql::reconcile_paused(c, &s, &k))
-            .await
-    }
-
-    /// Every pause in force.
-    pub async fn pauses(&self) -> Result<Vec<PausedRow>, DbError> {
-        self.db.read(sql::paused_rows).await
     }
 
     /// The last retention pass, if any.

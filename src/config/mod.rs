@@ -13,6 +13,7 @@
 //! | `types` | the validated configuration the crate reads |
 //! | `secret` | secret references (`{ env }`, `{ file }`) and their redacted types |
 
+mod accounts;
 pub mod base_prefix;
 pub mod defaults;
 pub mod otel;
@@ -27,6 +28,7 @@ use std::path::Path;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 
+pub use accounts::{AccountsConfig, GithubApp};
 pub use raw::RawConfig;
 pub use secret::{WebhookSecret, from_file_or_env as secret_from_file_or_env};
 pub use types::*;
@@ -263,3 +265,5 @@ fn figment_error(err: figment::Error) -> ConfigError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_more;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
-use super::WebhookSecret;
+use super::{AccountsConfig, WebhookSecret};
 
 /// Database backend chosen by the URL scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -524,48 +524,6 @@ pub struct SourceConfig {
     pub accounts: Option<AccountsConfig>,
 }
 
-/// `[sources.NAME.accounts]`, validated.
-#[derive(Debug, Clone)]
-pub struct AccountsConfig {
-    /// The pointer into a delivery's signed body that names its account; `None` when the
-    /// sender signs none (Shopify).
-    pub from: Option<String>,
-    /// The request header naming the account (Stripe: `Stripe-Account`).
-    pub header: Option<String>,
-    /// A base URL per account with `{account}` in it (Shopify).
-    pub api_base: Option<String>,
-    /// A GitHub App whose installations are the accounts.
-    pub app: Option<GithubApp>,
-    /// Account-kinds one process reconciles at once.
-    pub concurrency: usize,
-    /// Where an account's own base may point (`accounts add --api-base`, the admin API,
-    /// the database): checked where it is set and again before every request.
-    pub api_bases: Vec<crate::config::base_prefix::BasePrefix>,
-}
-
-impl AccountsConfig {
-    /// Whether an account's own base is among the allowed prefixes.
-    pub fn base_allowed(&self, base: &str) -> bool {
-        self.api_bases.iter().any(|p| p.allows(base))
-    }
-
-    /// The allowed prefixes, for a message.
-    pub fn api_bases_text(&self) -> String {
-        self.api_bases
-            .iter()
-            .map(|p| format!("{:?}", p.to_string()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// A GitHub App's id and private key (PEM).
-#[derive(Debug, Clone)]
-pub struct GithubApp {
-    pub app_id: String,
-    pub key: SecretString,
-}
-
 impl SourceConfig {
     /// Its kinds and its catch-up listing (a kind named `config::CATCHUP_KIND`).
     pub fn kinds_and_catchup(&self) -> impl Iterator<Item = &KindConfig> {
@@ -617,18 +575,6 @@ pub struct Config {
     /// Settings that work but deserve a look (`check-config` prints them, `serve` logs
     /// them at start), each naming its key.
     pub warnings: Vec<super::Problem>,
-}
-
-impl Config {
-    /// The keys an account credential opens with (`None`: `accounts.key` is not set).
-    pub fn account_keys(&self) -> Option<crate::credential::Keys<'_>> {
-        self.accounts_key
-            .as_deref()
-            .map(|key| crate::credential::Keys {
-                key,
-                previous: self.accounts_previous_key.as_deref(),
-            })
-    }
 }
 
 /// `scheme://host:port` of an http(s) URL (the port always written, so that

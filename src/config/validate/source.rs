@@ -18,6 +18,7 @@ const MIN_HMAC_SECRET_BYTES: usize = 16;
 use crate::config::base_prefix::BasePrefix;
 use crate::config::raw::RawSource;
 use crate::config::types::*;
+use crate::config::{AccountsConfig, GithubApp};
 use crate::config::{WebhookSecret, defaults, secret};
 
 pub(super) fn validate_source(

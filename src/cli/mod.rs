@@ -140,7 +140,28 @@ pub async fn run(cli: Cli) -> ExitCode {
             Err(e) => config_error(&e),
         };
     }
-    let config = match Config::load(config_path.as_deref()) {
+    // Commands that read and report use no secret: from a shell they run without the
+    // unit's credentials (only the database's password, if any, is read).
+    let secrets_unused = matches!(
+        &cli.command,
+        Command::Status { .. }
+            | Command::Explain { .. }
+            | Command::DeadLetters {
+                action: operate::DeadLettersAction::List { .. }
+            }
+            | Command::Consumers {
+                action: operate::ConsumersAction::List { .. }
+            }
+            | Command::Accounts {
+                action: AccountsAction::List { .. }
+            }
+    );
+    let loaded = if secrets_unused {
+        Config::load_without_secrets(config_path.as_deref())
+    } else {
+        Config::load(config_path.as_deref())
+    };
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => return config_error_in(&e, config_path.as_deref()),
     };

@@ -86,6 +86,17 @@ impl Config {
     /// Loads the file (none: built-in defaults), applies the environment overrides and
     /// validates. The CLI resolves `--config` / `$WEBHOOK_RECONCILER_CONFIG` to `path`.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with(path, false)
+    }
+
+    /// As [`Config::load`], for a command that uses no secret (`status`, `explain`, the
+    /// lists): a secret that cannot be read now (no `$CREDENTIALS_DIRECTORY` in a
+    /// shell) is left out instead of refused. The database's password is still read.
+    pub fn load_without_secrets(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with(path, true)
+    }
+
+    fn load_with(path: Option<&Path>, secrets_unused: bool) -> Result<Config, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(EmptyDefaults {}));
         if let Some(path) = &path {
             if !path.is_file() {
@@ -100,17 +111,17 @@ impl Config {
             figment = figment.merge(Toml::file_exact(path));
         }
         figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
-        Self::from_figment(figment)
+        Self::from_figment(figment, secrets_unused)
     }
 
     /// Validates a configuration given as TOML text (no environment overrides).
     pub fn from_toml_str(toml: &str) -> Result<Config, ConfigError> {
-        Self::from_figment(Figment::from(Toml::string(toml)))
+        Self::from_figment(Figment::from(Toml::string(toml)), false)
     }
 
-    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+    fn from_figment(figment: Figment, secrets_unused: bool) -> Result<Config, ConfigError> {
         let raw: RawConfig = with_presets(figment)?.extract().map_err(figment_error)?;
-        validate::validate(raw)
+        validate::validate(raw, secrets_unused)
     }
 
     /// The effective configuration as TOML: the file, its sources' presets and the

@@ -631,3 +631,74 @@ fn config_prints_the_keys_a_preset_fills_for_many_accounts() {
     }
     assert!(!text.contains("sk_test_0123456789"), "{text}");
 }
+
+/// A command resolves only the secrets it uses: from a shell, without the unit's
+/// `$CREDENTIALS_DIRECTORY`, `status` and the lists run; `check-config` and anything
+/// that sends or verifies still refuse, naming the secret.
+#[test]
+fn status_and_the_lists_need_no_secret_but_check_config_names_each_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[database]\nurl = \"sqlite://{}\"\n\n[http]\nadmin_token = {{ file = \"$CREDENTIALS_DIRECTORY/admin-token\" }}\n\n[accounts]\nkey = {{ file = \"$CREDENTIALS_DIRECTORY/accounts.key\" }}\n\n[sources.stripe]\npreset = \"stripe\"\napi_token = {{ file = \"$CREDENTIALS_DIRECTORY/stripe-api-key\" }}\n[sources.stripe.webhook]\nsecrets = [{{ file = \"$CREDENTIALS_DIRECTORY/stripe-webhook-secret\" }}]\n[sources.stripe.accounts]\n\n[consumers.app]\nurl = \"http://127.0.0.1:9/changes\"\nsecret = {{ file = \"$CREDENTIALS_DIRECTORY/app-secret\" }}\n",
+        dir.path().join("db.sqlite").display()
+    );
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let run = |args: &[&str]| {
+        let out = bin()
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, _, err) = run(&["check-config"]);
+    assert_eq!(code, Some(2), "{err}");
+    for key in [
+        "http.admin_token",
+        "accounts.key",
+        "sources.stripe.api_token",
+        "consumers.app.secret",
+    ] {
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    // `migrate` is not among them: without the secrets, refused too.
+    let (code, _, err) = run(&["migrate"]);
+    assert_eq!(code, Some(2), "{err}");
+    // The schema, made with a configuration that names no secret.
+    let url = format!("sqlite://{}", dir.path().join("db.sqlite").display());
+    let plain = dir.path().join("plain.toml");
+    std::fs::write(&plain, format!("[database]\nurl = \"{url}\"\n")).unwrap();
+    let out = bin()
+        .arg("--config")
+        .arg(&plain)
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for args in [
+        &["status"][..],
+        &["consumers", "list"],
+        &["dead-letters", "list"],
+        &["accounts", "list", "stripe"],
+        &["explain", "stripe", "customer", "cus_1"],
+    ] {
+        let (code, out, err) = run(args);
+        assert!(
+            matches!(code, Some(0 | 1)),
+            "{args:?} exited {code:?}: {out}{err}"
+        );
+        assert!(!err.contains("CREDENTIALS_DIRECTORY"), "{args:?}: {err}");
+    }
+}

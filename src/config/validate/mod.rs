@@ -25,9 +25,24 @@ use source::validate_source;
 struct Checker {
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
+    /// A command that uses no secret: a secret that cannot be read now is left out,
+    /// not an error (`status` from a shell, without the unit's credentials).
+    secrets_unused: bool,
 }
 
 impl Checker {
+    /// A secret's value, or `None` (an error, unless this command uses no secret).
+    fn secret(&mut self, key: impl Into<String>, reference: &RawSecret) -> Option<String> {
+        match secret::resolve(reference) {
+            Ok(v) => Some(v),
+            Err(_) if self.secrets_unused => None,
+            Err(e) => {
+                self.fail(key, e);
+                None
+            }
+        }
+    }
+
     fn warn(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.warnings.push(Problem {
             key: key.into(),
@@ -98,8 +113,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
-pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
-    let mut c = Checker::default();
+pub(super) fn validate(raw: RawConfig, secrets_unused: bool) -> Result<Config, ConfigError> {
+    let mut c = Checker {
+        secrets_unused,
+        ..Checker::default()
+    };
 
     let db = &raw.database;
     let url = db.url.as_deref().unwrap_or(defaults::DATABASE_URL);
@@ -307,13 +325,8 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .http
         .changes_token
         .as_ref()
-        .and_then(|s| match secret::resolve(s) {
-            Ok(v) => Some(secrecy::SecretString::from(v)),
-            Err(e) => {
-                c.fail("http.changes_token", e);
-                None
-            }
-        });
+        .and_then(|s| c.secret("http.changes_token", s))
+        .map(secrecy::SecretString::from);
     let admin_listen = raw.http.admin_listen.as_deref().and_then(|text| {
         if let Some(path) = text.strip_prefix("unix:") {
             if path.is_empty() || !path.starts_with('/') {
@@ -336,32 +349,22 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             }
         }
     });
-    let admin_token = raw
-        .http
-        .admin_token
-        .as_ref()
-        .and_then(|s| match secret::resolve(s) {
-            Ok(v) if v.len() < 16 => {
-                c.fail(
-                    "http.admin_token",
-                    "is shorter than 16 bytes; use a long random token (openssl rand -hex 32)",
-                );
-                None
-            }
-            Ok(v) => Some(secrecy::SecretString::from(v)),
-            Err(e) => {
-                c.fail("http.admin_token", e);
-                None
-            }
-        });
+    let admin_token =
+        raw.http
+            .admin_token
+            .as_ref()
+            .and_then(|s| match c.secret("http.admin_token", s) {
+                Some(v) if v.len() < 16 => {
+                    c.fail(
+                        "http.admin_token",
+                        "is shorter than 16 bytes; use a long random token (openssl rand -hex 32)",
+                    );
+                    None
+                }
+                v => v.map(secrecy::SecretString::from),
+            });
     let accounts_key = |c: &mut Checker, name: &str, s: Option<&RawSecret>| {
-        let value = match secret::resolve(s?) {
-            Ok(v) => v,
-            Err(e) => {
-                c.fail(name, e);
-                return None;
-            }
-        };
+        let value = c.secret(name, s?)?;
         match crate::credential::AccountsKey::from_base64(&value) {
             Ok(k) => Some(std::sync::Arc::new(k)),
             Err(e) => {
@@ -432,14 +435,21 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 "the host is a link-local address (169.254.0.0/16 or fe80::/10), where clouds serve instance metadata and credentials; every change's state would be posted there",
             );
         }
-        let secret = match secret::resolve(&raw.secret)
-            .and_then(|v| WebhookSecret::new(&Scheme::StandardWebhooks, v))
-        {
-            Ok(s) => Some(s),
-            Err(e) => {
-                c.fail(key("secret"), e);
-                None
-            }
+        let secret = match c.secret(key("secret"), &raw.secret) {
+            Some(v) => match WebhookSecret::new(&Scheme::StandardWebhooks, v) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    c.fail(key("secret"), e);
+                    None
+                }
+            },
+            // Not read, by a command that pushes nothing: the consumer is still listed.
+            None if c.secrets_unused => WebhookSecret::new(
+                &Scheme::StandardWebhooks,
+                "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".into(),
+            )
+            .ok(),
+            None => None,
         };
         let source_names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
         let kind_names: Vec<&str> = sources

@@ -19,7 +19,7 @@ use crate::config::base_prefix::BasePrefix;
 use crate::config::raw::RawSource;
 use crate::config::types::*;
 use crate::config::{AccountsConfig, GithubApp};
-use crate::config::{WebhookSecret, defaults, secret};
+use crate::config::{WebhookSecret, defaults};
 
 pub(super) fn validate_source(
     c: &mut Checker,
@@ -73,13 +73,8 @@ pub(super) fn validate_source(
     let api_token = raw
         .api_token
         .as_ref()
-        .and_then(|s| match secret::resolve(s) {
-            Ok(v) => Some(SecretString::from(v)),
-            Err(e) => {
-                c.fail(key("api_token"), e);
-                None
-            }
-        });
+        .and_then(|s| c.secret(key("api_token"), s))
+        .map(SecretString::from);
 
     if let Some(h) = &raw.api_token_header {
         if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
@@ -241,8 +236,8 @@ fn validate_accounts(
     }
     let app = match (&a.app_id, &a.app_key) {
         (None, None) => None,
-        (Some(id), Some(k)) => match secret::resolve(k) {
-            Ok(pem) => {
+        (Some(id), Some(k)) => match c.secret(key("app_key"), k) {
+            Some(pem) => {
                 let key_text = SecretString::from(pem);
                 // The same parse the App's token client does (`sender::github_app`).
                 match jsonwebtoken::EncodingKey::from_rsa_pem(key_text.expose_secret().as_bytes()) {
@@ -259,10 +254,7 @@ fn validate_accounts(
                     }
                 }
             }
-            Err(e) => {
-                c.fail(key("app_key"), e);
-                None
-            }
+            None => None,
         },
         (Some(_), None) => {
             c.fail(
@@ -419,7 +411,10 @@ fn validate_webhook(c: &mut Checker, name: &str, raw: &RawSource) -> WebhookConf
     let mut secrets = Vec::new();
     for (i, s) in w.secrets.iter().enumerate() {
         let key = format!("sources.{name}.webhook.secrets[{i}]");
-        match secret::resolve(s).and_then(|v| WebhookSecret::new(&scheme, v)) {
+        let Some(value) = c.secret(&key, s) else {
+            continue;
+        };
+        match WebhookSecret::new(&scheme, value) {
             Ok(s) => {
                 let hmac_scheme = matches!(
                     scheme,

@@ -11,6 +11,10 @@
 #    `systemd-analyze verify` of the units with the drop-in;
 #  - on the empty database: `reconcile --dry-run` exits 2 saying to migrate and writes
 #    nothing; then `migrate` and `status`;
+#  - day 2 as the service runs: an unprivileged user (the unit's is dynamic), a Shopify
+#    app with accounts.key and its webhook secret as credentials of a second drop-in, and
+#    no --config: `check-config` reads the installed file, a shop is added and listed,
+#    `status` runs;
 #  - `dpkg -r` keeps the configuration and removes the binary; `dpkg -P` (after the units
 #    were enabled) leaves no unit file, enable link or drop-in behind.
 set -euo pipefail
@@ -99,6 +103,50 @@ CREDENTIALS_DIRECTORY=$creds $wr --config $etc/config.toml migrate >/dev/null
 CREDENTIALS_DIRECTORY=$creds $wr --config $etc/config.toml status >/dev/null ||
   fail "status after migrate failed"
 echo "migrate, then status: OK"
+
+# Day 2, as the service runs: the service's own user (a dynamic user is an unprivileged
+# uid; 65534 stands for it here), the credentials the drop-ins hand over in a directory
+# only it reads, and no --config (the installed configuration is read). A Shopify app's
+# shops on the same host: accounts.key and the webhook secret are credentials too.
+printf '%s' "$($wr secret new --raw)" | install -m600 /dev/stdin $etc/credentials/accounts.key
+printf 'shpss_check_deb_0123456789abcdef' | install -m600 /dev/stdin $etc/credentials/shopify-webhook-secret
+printf 'shpat_check_deb_acme' | install -m600 /dev/stdin $etc/credentials/acme-token
+cat > "$dropin/shopify.conf" <<'UNIT'
+[Service]
+LoadCredential=accounts.key:/etc/webhook-reconciler/credentials/accounts.key
+LoadCredential=shopify-webhook-secret:/etc/webhook-reconciler/credentials/shopify-webhook-secret
+UNIT
+cat >> $etc/config.toml <<TOML
+
+[accounts]
+key = { file = "\$CREDENTIALS_DIRECTORY/accounts.key" }
+
+[sources.shopify]
+preset = "shopify"
+
+[sources.shopify.webhook]
+secrets = [{ file = "\$CREDENTIALS_DIRECTORY/shopify-webhook-secret" }]
+
+[sources.shopify.accounts]
+TOML
+svc_creds=$(mktemp -d)
+cat "$dropin"/*.conf | sed -n 's/^LoadCredential=\([^:]*\):\(.*\)$/\1 \2/p' |
+  while read -r id path; do install -m400 -o 65534 -g 65534 "$path" "$svc_creds/$id"; done
+chown 65534:65534 "$svc_creds" && chmod 500 "$svc_creds"
+token=$(mktemp) && install -m400 -o 65534 -g 65534 $etc/credentials/acme-token "$token"
+as_service() { (cd / && setpriv --reuid=65534 --regid=65534 --clear-groups env CREDENTIALS_DIRECTORY="$svc_creds" "$@"); }
+as_service $wr check-config > "$creds/service-check.out" ||
+  fail "check-config as the service's user, without --config, failed: $(cat "$creds/service-check.out")"
+grep -q "file:     $etc/config.toml" "$creds/service-check.out" ||
+  fail "check-config without --config did not read $etc/config.toml: $(cat "$creds/service-check.out")"
+echo "check-config as the service's user, no --config, secrets from the drop-ins: OK"
+as_service $wr accounts add shopify acme.myshopify.com --token-file "$token" >/dev/null ||
+  fail "accounts add as the service's user failed"
+as_service $wr accounts list shopify | grep -q 'acme.myshopify.com' ||
+  fail "accounts list does not show the added shop"
+as_service $wr status >/dev/null || fail "status as the service's user, without --config, failed"
+echo "accounts add / list and status as the service's user, no --config: OK"
+rm -rf "$svc_creds" "$token"
 
 for f in /usr/share/man/man1/webhook-reconciler.1.gz /usr/share/bash-completion/completions/webhook-reconciler \
     /usr/share/zsh/vendor-completions/_webhook-reconciler /usr/share/fish/vendor_completions.d/webhook-reconciler.fish \

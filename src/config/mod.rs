@@ -126,7 +126,7 @@ impl Config {
 
     /// The effective configuration as TOML: the file, its sources' presets and the
     /// environment overrides merged, secrets redacted (`config` prints it). Keys still
-    /// absent take the defaults listed in README's key reference.
+    /// absent take the defaults listed in docs/reference.md.
     pub fn effective_toml(path: Option<&Path>) -> Result<String, ConfigError> {
         let config = Self::load(path)?;
         let mut figment = Figment::from(Serialized::defaults(EmptyDefaults {}));

@@ -423,7 +423,14 @@ async fn readyz(axum::extract::State(h): axum::extract::State<Health>) -> Respon
             let mut consumers = serde_json::Map::new();
             for c in &config.consumers {
                 if let Ok(lag) = feed.lag(c).await {
-                    consumers.insert(c.name.clone(), json!(lag));
+                    let mut entry = json!(lag);
+                    // A paused consumer's lag grows by design; say why.
+                    if let (Ok((_, paused)), Some(map)) =
+                        (feed.state(&c.name).await, entry.as_object_mut())
+                    {
+                        map.insert("paused".into(), json!(paused));
+                    }
+                    consumers.insert(c.name.clone(), entry);
                 }
             }
             json_reply(

@@ -307,6 +307,16 @@ async fn a_rewound_consumer_gets_the_same_ids_again_and_a_paused_one_waits(b: Ba
         "{}",
         metrics().await
     );
+    let ready: serde_json::Value = app
+        .client
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["consumers"]["app"]["paused"], true, "{ready}");
     for i in 11..=12 {
         let e = order(&format!("r{i}"), &format!("o{i}"), 1, "created");
         assert_eq!(app.deliver(&e).await.0, 200);

@@ -342,6 +342,12 @@ async fn an_account_added_under_serve_is_synced_within_seconds_and_a_failing_one
     assert!(text.contains("accounts of stripe:"), "{text}");
     assert!(text.contains("stripe[acct_bad]/customer: failed"), "{text}");
     assert!(!text.contains(PLATFORM_TOKEN), "{text}");
+    // The kind's LAST RUN is its latest in any account, not "never" beside a success.
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("stripe/customer "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_ne!(row.split_whitespace().nth(1), Some("never"), "{text}");
     // Repaired at the sender: its next tick converges it.
     sim.fail_account("acct_bad", false);
     assert!(

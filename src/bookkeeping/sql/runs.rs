@@ -142,16 +142,11 @@ pub(crate) fn recent_runs(
     limit: i64,
 ) -> diesel::QueryResult<Vec<RunRow>> {
     let b = conn.backend();
-    let account = if any_account {
-        "($4 = $4)"
-    } else {
-        "account = $4"
-    };
     let q = query(
         b,
         &format!(
             "SELECT mode, status, {} AS started_at, {} AS finished_at, scanned, missing, newer_remote, differing, newer_local, applied, error \
-             FROM reconcile_runs WHERE source = $1 AND kind = $2 AND {account} ORDER BY id DESC LIMIT $3",
+             FROM reconcile_runs WHERE source = $1 AND kind = $2 AND ($4 OR account = $5) ORDER BY id DESC LIMIT $3",
             display_time(b, "started_at"),
             display_time(b, "finished_at"),
         ),
@@ -160,6 +155,7 @@ pub(crate) fn recent_runs(
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<BigInt, _>(limit)
+        .bind::<diesel::sql_types::Bool, _>(any_account)
         .bind::<Text, _>(key.account.stored())
         .load(c))
 }

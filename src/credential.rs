@@ -90,17 +90,29 @@ impl AccountsKey {
         SystemRandom::new()
             .fill(&mut nonce)
             .map_err(|_| CredentialError::Random)?;
-        let mut in_out = credential.expose_secret().as_bytes().to_vec();
+        let bound = aad(source, account, Some(base.unwrap_or("")));
+        self.seal_as(PREFIX, &bound, nonce, credential.expose_secret())
+    }
+
+    /// `plain` sealed under `nonce` and bound to `bound`, written with `prefix`.
+    fn seal_as(
+        &self,
+        prefix: &str,
+        bound: &[u8],
+        nonce: [u8; NONCE_LEN],
+        plain: &str,
+    ) -> Result<String, CredentialError> {
+        let mut in_out = plain.as_bytes().to_vec();
         self.0
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(source, account, Some(base.unwrap_or("")))),
+                Aad::from(bound),
                 &mut in_out,
             )
             .map_err(|_| CredentialError::Random)?;
         let mut out = nonce.to_vec();
         out.extend_from_slice(&in_out);
-        Ok(format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(out)))
+        Ok(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(out)))
     }
 
     /// The credential sealed in `stored` for `account` of `source` at `base`.
@@ -272,17 +284,13 @@ mod tests {
 
     /// A `v1` value (bound to source and account only), as the earlier version sealed it.
     fn seal_v1(k: &AccountsKey, source: &str, account: &str, plain: &str) -> String {
-        let nonce = [3u8; NONCE_LEN];
-        let mut in_out = plain.as_bytes().to_vec();
-        k.0.seal_in_place_append_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(aad(source, account, None)),
-            &mut in_out,
+        k.seal_as(
+            PREFIX_V1,
+            &aad(source, account, None),
+            [3u8; NONCE_LEN],
+            plain,
         )
-        .unwrap();
-        let mut out = nonce.to_vec();
-        out.extend_from_slice(&in_out);
-        format!("v1.{}", URL_SAFE_NO_PAD.encode(out))
+        .unwrap()
     }
 
     #[test]

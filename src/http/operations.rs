@@ -86,6 +86,7 @@ struct PauseBody {
 pub(super) fn routes(ops: Operations) -> Router {
     Router::new()
         .route("/admin/accounts", get(list_accounts).post(add_account))
+        .route("/admin/accounts/rekey", post(rekey_accounts))
         .route(
             "/admin/accounts/{source}/{account}",
             delete(remove_account).patch(patch_account),
@@ -179,6 +180,10 @@ async fn patch_account(
         ),
         Err(e) => refusal(&e),
     }
+}
+
+async fn rekey_accounts(State(s): State<Ops>) -> Response {
+    answer(s.ops.rekey_accounts().await, "rekeyed")
 }
 
 async fn remove_account(

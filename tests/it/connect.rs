@@ -1523,6 +1523,11 @@ async fn a_leaked_admin_token_or_a_database_writer_cannot_steer_a_credential_to_
         "the attacker's server was asked: {:?}",
         attacker.credentials()
     );
+    // `accounts rekey` over HTTP: the one kept credential re-sealed, none left behind.
+    let (status, body) = admin(reqwest::Method::POST, "/admin/accounts/rekey", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rekeyed"]["resealed"], 1, "{body}");
+    assert_eq!(body["rekeyed"]["failed"], json!([]), "{body}");
 }
 
 both_backends!(rekey_reseals_every_credential_under_the_new_key_and_none_is_unreadable_meanwhile);

@@ -59,6 +59,12 @@ impl Application {
             }
         }
         let store = Store::new(db.clone());
+        if config.database.migrate {
+            let views = store.sync_views(&config).await?;
+            if let Some(line) = views.summary() {
+                tracing::info!("{line}");
+            }
+        }
         let mut receivers = Vec::new();
         for w in &config.warnings {
             tracing::warn!(key = w.key, "configuration: {}", w.message);

@@ -282,6 +282,19 @@ fn print_config_summary(config: &Config, path: Option<&std::path::Path>) {
         if let Some(p) = s.preset {
             println!("    preset: {p:?} (see `webhook-reconciler config` for every key it set)");
         }
+        for v in s.kinds.iter().filter_map(|k| k.view.as_ref()) {
+            let columns: Vec<&str> = v.columns.iter().map(|c| c.name.as_str()).collect();
+            println!(
+                "    view {}: {}{}",
+                v.name,
+                columns.join(", "),
+                if v.indexes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (indexed: {})", v.indexes.join(", "))
+                }
+            );
+        }
         if let Some(cu) = &s.catchup {
             println!(
                 "    catch-up: {} since the last run (window {})",
@@ -324,7 +337,8 @@ pub(crate) async fn open_migrated(config: &Config) -> anyhow::Result<Db> {
 
 async fn migrate(config: &Config) -> anyhow::Result<()> {
     let db = Db::connect(&config.database)?;
-    let applied = tokio::task::spawn_blocking(move || db.migrate()).await??;
+    let db2 = db.clone();
+    let applied = tokio::task::spawn_blocking(move || db2.migrate()).await??;
     if applied.is_empty() {
         println!("database is up to date");
     } else {
@@ -333,6 +347,10 @@ async fn migrate(config: &Config) -> anyhow::Result<()> {
             applied.len(),
             applied.join(", ")
         );
+    }
+    let views = crate::store::Store::new(db).sync_views(config).await?;
+    if let Some(line) = views.summary() {
+        println!("{line}");
     }
     Ok(())
 }

@@ -32,6 +32,7 @@ pub use accounts::{AccountsConfig, GithubApp};
 pub use raw::RawConfig;
 pub use secret::{WebhookSecret, from_file_or_env as secret_from_file_or_env};
 pub use types::*;
+pub use validate::columns as validate_columns;
 pub use validate::{parse_duration, redact_password as redact_database_url, redact_secrets_in};
 
 /// Environment variable naming the configuration file when `--config` is not given.

@@ -321,6 +321,39 @@ pub struct RawKind {
     pub match_prefixes: BTreeMap<String, String>,
     #[serde(default)]
     pub events: BTreeMap<String, RawEvent>,
+    /// Typed columns of the kind's view: name -> JSON pointer, `{ pointer, type,
+    /// format }`, or `false` (a preset's column switched off).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub columns: BTreeMap<String, RawColumn>,
+    /// Columns to index (partial indexes on the kind's rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub indexes: Option<Vec<String>>,
+    /// The view's name (default `SOURCE_KIND`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub view: Option<String>,
+}
+
+/// One entry of `[sources.S.kinds.K.columns]`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum RawColumn {
+    /// `false` switches a preset's column off.
+    Off(bool),
+    /// A JSON pointer; the column is text.
+    Pointer(String),
+    Typed(RawTypedColumn),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTypedColumn {
+    pub pointer: String,
+    /// text (default), bigint, numeric, boolean or timestamptz.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub ty: Option<String>,
+    /// For timestamptz: unix, unix_ms or rfc3339 (default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -424,6 +457,39 @@ impl<'de> Deserialize<'de> for KindOrOff {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<KindOrOff, A::Error> {
                 RawKind::deserialize(de::value::MapAccessDeserializer::new(map)).map(KindOrOff)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// By hand rather than `untagged`, whose error ("did not match any variant") names neither
+// the forms accepted nor the key that was wrong.
+impl<'de> Deserialize<'de> for RawColumn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{self, MapAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawColumn;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "a JSON pointer (\"/status\"), { pointer = \"/amount\", type = \"bigint\" }, or false to switch a preset's column off",
+                )
+            }
+            fn visit_bool<E: de::Error>(self, on: bool) -> Result<RawColumn, E> {
+                if on {
+                    return Err(E::custom(
+                        "`true` says nothing about the column: write its JSON pointer, or false to switch it off",
+                    ));
+                }
+                Ok(RawColumn::Off(false))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawColumn, E> {
+                Ok(RawColumn::Pointer(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawColumn, A::Error> {
+                RawTypedColumn::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawColumn::Typed)
             }
         }
         d.deserialize_any(V)

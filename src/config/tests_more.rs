@@ -75,3 +75,143 @@ fn a_presets_catchup_is_switched_off_with_enabled_false_and_an_empty_list_is_ref
         "{e}"
     );
 }
+
+const STRIPE: &str = "[sources.stripe]\npreset = \"stripe\"\napi_token = \"sk_test_x\"\n[sources.stripe.webhook]\nsecrets = [\"whsec_0123456789abcdefghij\"]\n";
+
+fn view_of<'a>(c: &'a Config, kind: &str) -> Option<&'a TypedView> {
+    c.sources[0]
+        .kinds
+        .iter()
+        .find(|k| k.name == kind)
+        .and_then(|k| k.view.as_ref())
+}
+
+#[test]
+fn a_kinds_columns_are_checked_and_each_refusal_names_its_key() {
+    let c = |extra: &str| Config::from_toml_str(&format!("{STRIPE}{extra}")).map(|_| ());
+    for (extra, key, says) in [
+        (
+            "[sources.stripe.kinds.invoice.columns]\n\"Amount\" = \"/amount\"\n",
+            "columns.Amount",
+            "not a column name",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\n\"a;b\" = \"/amount\"\n",
+            "columns.a;b",
+            "not a column name",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nid = \"/id\"\n",
+            "columns.id",
+            "fixed columns",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nupdated_at = \"/x\"\n",
+            "columns.updated_at",
+            "fixed columns",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nx = { pointer = \"/x\", type = \"integer\" }\n",
+            "columns.x.type",
+            "bigint",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nx = { pointer = \"/x\", format = \"unix\" }\n",
+            "columns.x.format",
+            "timestamptz",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nx = { pointer = \"/x\", type = \"timestamptz\", format = \"iso\" }\n",
+            "columns.x.format",
+            "unix_ms",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nx = \"x\"\n",
+            "columns.x",
+            "JSON pointer",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nx = \"/a\\\"b\"\n",
+            "columns.x",
+            "double quote",
+        ),
+        (
+            "[sources.stripe.kinds.invoice.columns]\nx = true\n",
+            "columns.x",
+            "`true`",
+        ),
+        (
+            "[sources.stripe.kinds.invoice]\nindexes = [\"nope\"]\n",
+            "indexes[0]",
+            "not a column",
+        ),
+        (
+            "[sources.stripe.kinds.invoice]\nview = \"resources\"\n",
+            "invoice.view",
+            "name of a table",
+        ),
+        (
+            "[sources.stripe.kinds.invoice]\nview = \"Invoices\"\n",
+            "invoice.view",
+            "not a view name",
+        ),
+        (
+            "[sources.stripe.kinds.charge]\nview = \"stripe_invoice\"\n",
+            "view",
+            "already the view",
+        ),
+    ] {
+        let err = c(extra).expect_err(extra).to_string();
+        assert!(err.contains(key) && err.contains(says), "{extra}: {err}");
+    }
+    // A pointer holding a quote or a semicolon is only a key.
+    c("[sources.stripe.kinds.invoice.columns]\nodd = \"/it's; DROP TABLE resources\"\n").unwrap();
+}
+
+#[test]
+fn the_presets_columns_are_declared_switched_off_and_renamed_and_config_prints_them() {
+    let c = Config::from_toml_str(STRIPE).unwrap();
+    let invoice = view_of(&c, "invoice").unwrap();
+    assert_eq!(invoice.name, "stripe_invoice");
+    let names: Vec<&str> = invoice.columns.iter().map(|c| c.name.as_str()).collect();
+    for n in ["customer", "status", "amount_due"] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    assert_eq!(invoice.indexes, ["customer", "status"]);
+    let amount = invoice
+        .columns
+        .iter()
+        .find(|c| c.name == "amount_due")
+        .unwrap();
+    assert_eq!(amount.ty, ColumnType::Bigint);
+    assert!(
+        view_of(&c, "refund").is_none(),
+        "a kind without columns has no view"
+    );
+
+    // `status` off (its index with it), renamed `invoice_status`; the view renamed.
+    let c = Config::from_toml_str(&format!(
+        "{STRIPE}[sources.stripe.kinds.invoice]\nview = \"invoices\"\n[sources.stripe.kinds.invoice.columns]\nstatus = false\ninvoice_status = \"/status\"\n"
+    ))
+    .unwrap();
+    let invoice = view_of(&c, "invoice").unwrap();
+    assert_eq!(invoice.name, "invoices");
+    assert!(invoice.columns.iter().all(|c| c.name != "status"));
+    assert!(
+        invoice
+            .columns
+            .iter()
+            .any(|c| c.name == "invoice_status" && c.path == ["status"])
+    );
+    assert_eq!(invoice.indexes, ["customer"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, STRIPE).unwrap();
+    let printed = Config::effective_toml(Some(&path)).unwrap();
+    assert!(
+        printed.contains("[sources.stripe.kinds.invoice.columns]")
+            && printed.contains("amount_due"),
+        "{printed}"
+    );
+}

@@ -318,6 +318,49 @@ pub enum VersionFormat {
     Unix,
 }
 
+/// A kind's view over its rows of `resources` (`store::views`): the fixed columns and
+/// these, each read from the JSON state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypedView {
+    /// An SQL identifier, checked; distinct from every table and every other view.
+    pub name: String,
+    pub columns: Vec<Column>,
+    /// Names of `columns`, each indexed (partial, on the kind's rows).
+    pub indexes: Vec<String>,
+}
+
+/// The columns every typed view has, before the declared ones.
+pub const FIXED_VIEW_COLUMNS: [&str; 5] = ["account", "id", "version", "deleted", "updated_at"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    /// The JSON pointer's segments, unescaped (`~1` is `/`, `~0` is `~`).
+    pub path: Vec<String>,
+    pub ty: ColumnType,
+}
+
+/// What a column's value is converted to; one that does not convert reads as NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Text,
+    Bigint,
+    Numeric,
+    Boolean,
+    Timestamptz(TimeFormat),
+}
+
+/// How a timestamp column's value is written in the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeFormat {
+    /// Seconds since the epoch.
+    Unix,
+    /// Milliseconds since the epoch.
+    UnixMs,
+    /// `2026-12-06T08:00:00Z` or with an offset.
+    Rfc3339,
+}
+
 /// A sender whose API the daemon knows: fills a source's scheme, pagination, headers
 /// and kinds (`src/config/presets/*.toml`); keys written out win.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -470,6 +513,8 @@ pub struct KindConfig {
     pub events: BTreeMap<String, EventMapping>,
     /// `match`: (pointer, prefix) pairs a webhook body of this kind must match.
     pub match_prefixes: Vec<(String, String)>,
+    /// `columns`: the typed view applications query instead of the JSON state.
+    pub view: Option<TypedView>,
 }
 
 impl KindConfig {

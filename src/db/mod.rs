@@ -32,7 +32,7 @@ const PG_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres
 const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
 
 /// Serialises concurrent `migrate` runs of several replicas on one PostgreSQL database.
-const MIGRATION_LOCK_KEY: i64 = 0x7765_6268_6f6f_6b31; // "webhook1"
+pub(crate) const MIGRATION_LOCK_KEY: i64 = 0x7765_6268_6f6f_6b31; // "webhook1"
 
 /// A timestamp of the database's clock (UTC). Both backends hand it over as ISO 8601
 /// text; SQLite stores it with milliseconds, PostgreSQL with microseconds, and a value

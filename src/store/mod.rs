@@ -14,6 +14,7 @@ mod fetches;
 mod group_commit;
 pub mod guard;
 mod sql;
+mod views;
 mod write;
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use crate::feed::outbox::{self, Outbox};
 pub use fetches::{FetchCount, FetchReason, FetchRow, TakenFetch, fetch_counts};
 use group_commit::GroupCommit;
 pub use sql::{ClaimRow, DeadLetter, DeadLetterSummary, Kept, ResourceRow, SourceCount, StoredRow};
+pub use views::{ViewsError, ViewsReport};
 
 /// A delivery to keep as a dead letter.
 #[derive(Debug, Clone)]

@@ -33,4 +33,5 @@ mod store;
 mod structure;
 mod tie_rule;
 mod traces;
+mod typed_views;
 mod webhook_http;

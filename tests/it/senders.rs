@@ -90,7 +90,7 @@ pub(crate) async fn setup(
     (app, reconciler, sim)
 }
 
-async fn run(r: &Reconciler, source: &str, kind: &str) -> KindReport {
+pub(crate) async fn run(r: &Reconciler, source: &str, kind: &str) -> KindReport {
     let (s, k) = r
         .kinds(Some(source), Some(kind))
         .into_iter()

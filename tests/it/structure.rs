@@ -95,6 +95,7 @@ const OWNERS: &[(&str, &[&str], &[&str])] = &[
             "processed_events",
             "dead_letters",
             "pending_fetches",
+            "typed_views",
         ],
     ),
     (
@@ -393,4 +394,37 @@ fn modules_import_only_from_their_layer_or_below() {
         "imports from a higher layer (move the shared part down, or let the caller pass it):\n{}",
         upward.join("\n")
     );
+}
+
+/// The tables a typed view may not be named after are the tables the migrations make.
+#[test]
+fn the_names_a_view_may_not_take_are_the_migrations_tables() {
+    let mut made = std::collections::BTreeSet::new();
+    for backend in ["postgres", "sqlite"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(backend);
+        for m in std::fs::read_dir(dir).unwrap() {
+            let up = std::fs::read_to_string(m.unwrap().path().join("up.sql")).unwrap();
+            for line in up.lines() {
+                if let Some(rest) = line.trim().strip_prefix("CREATE TABLE ") {
+                    let name = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .trim_end_matches('(');
+                    // SQLite's rebuilt tables are renamed to the table they replace.
+                    if !name.ends_with("_new") && !name.ends_with("_old") {
+                        made.insert(name.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let listed: std::collections::BTreeSet<String> =
+        webhook_reconciler::config::validate_columns::OUR_TABLES
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+    assert_eq!(made, listed, "config::validate::columns::OUR_TABLES");
 }

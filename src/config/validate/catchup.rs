@@ -49,6 +49,7 @@ pub(super) fn validate_catchup(
     );
     let listing = KindConfig {
         max_version: None,
+        view: None,
         name: CATCHUP_KIND.to_string(),
         listing: Listing::Events,
         max_state_bytes: usize::MAX,

@@ -251,6 +251,7 @@ pub(super) fn validate_kind(
             .as_ref()
             .map(|i| validate_incremental(c, &base, i, raw, version_format)),
         events,
+        view: super::columns::validate_view(c, source, name, raw),
     }
 }
 

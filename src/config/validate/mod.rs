@@ -9,6 +9,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 mod catchup;
+pub mod columns;
 mod kind;
 mod redact;
 mod schedule;
@@ -410,6 +411,17 @@ pub(super) fn validate(raw: RawConfig, secrets_unused: bool) -> Result<Config, C
             sources.push(s);
         }
     }
+    let views: Vec<(String, &TypedView)> = sources
+        .iter()
+        .flat_map(|s| {
+            s.kinds.iter().filter_map(|k| {
+                k.view
+                    .as_ref()
+                    .map(|v| (format!("sources.{}.kinds.{}", s.name, k.name), v))
+            })
+        })
+        .collect();
+    columns::check_view_names(&mut c, &views);
     // A state is refused past http.max_body written out, from webhooks and listings
     // alike (SPEC "Input limits").
     for s in &mut sources {

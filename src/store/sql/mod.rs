@@ -1,12 +1,14 @@
 //! The statements on `store`'s tables, both backends side by side: `events`
 //! (`processed_events`, the claim; `dead_letters`) and `resources` (the guarded upsert,
-//! the tie rule in SQL, local reads, tombstones) and `fetches` (`pending_fetches`). Only
+//! the tie rule in SQL, local reads, tombstones) and `fetches` (`pending_fetches`) and `views` (the typed views over
+//! `resources`, `typed_views`). Only
 //! `store` calls them.
 
 mod claim_write;
 mod events;
 pub(crate) mod fetches;
 mod resources;
+pub(crate) mod views;
 
 pub(crate) use claim_write::{ClaimWrite, claim_and_write};
 

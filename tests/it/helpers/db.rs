@@ -242,9 +242,20 @@ impl TestDb {
         }
     }
 
-    /// Applies the shipped migrations but the last `leave` (a database as an earlier
-    /// release left it), through the migration files themselves.
-    pub fn migrate_all_but(&self, leave: usize) {
+    /// Applies the shipped migrations before the one named `first_left_out` (a database
+    /// as an earlier release left it), through the migration files themselves.
+    pub fn migrate_before(&self, first_left_out: &str) {
+        let dir = format!("{}/migrations/postgres", env!("CARGO_MANIFEST_DIR"));
+        let leave = std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_str().unwrap() >= first_left_out)
+            .count();
+        assert!(leave > 0, "no migration {first_left_out}");
+        self.migrate_all_but(leave);
+    }
+
+    /// Applies the shipped migrations but the last `leave`.
+    fn migrate_all_but(&self, leave: usize) {
         use diesel_migrations::{FileBasedMigrations, MigrationHarness};
         let dir = |b: &str| format!("{}/migrations/{b}", env!("CARGO_MANIFEST_DIR"));
         match self.backend {

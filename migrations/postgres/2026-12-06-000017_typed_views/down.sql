@@ -1,0 +1,2 @@
+DROP FUNCTION webhook_reconciler_timestamptz(TEXT);
+DROP TABLE typed_views;

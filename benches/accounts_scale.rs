@@ -25,6 +25,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::extract::Query;
@@ -70,37 +71,48 @@ fn serve_sender(pace_ms: u64, single_total: u64) {
         .enable_all()
         .build()
         .unwrap();
+    // Requests waiting now, and the most ever (`GET /stats`).
+    static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+    static MAX_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
     rt.block_on(async move {
-        let app = axum::Router::new().route(
-            "/v1/{kind}",
-            axum::routing::get(
-                move |axum::extract::Path(kind): axum::extract::Path<String>,
-                      Query(q): Query<std::collections::HashMap<String, String>>,
-                      headers: HeaderMap| async move {
-                    tokio::time::sleep(Duration::from_millis(pace_ms)).await;
-                    let account = headers
-                        .get("X-Account")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string();
-                    let total = if account.is_empty() {
-                        single_total
-                    } else {
-                        ITEMS_PER_ACCOUNT_KIND
-                    };
-                    let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(50);
-                    let start = q
-                        .get("starting_after")
-                        .and_then(|s| s.rsplit('_').next())
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .map_or(0, |n| n + 1);
-                    let end = (start + limit).min(total);
-                    let data: Vec<serde_json::Value> =
-                        (start..end).map(|i| item(&account, &kind, i)).collect();
-                    axum::Json(serde_json::json!({"data": data, "has_more": end < total}))
-                },
-            ),
-        );
+        let app = axum::Router::new()
+            .route(
+                "/stats",
+                axum::routing::get(|| async { MAX_IN_FLIGHT.load(Ordering::Relaxed).to_string() }),
+            )
+            .route(
+                "/v1/{kind}",
+                axum::routing::get(
+                    move |axum::extract::Path(kind): axum::extract::Path<String>,
+                          Query(q): Query<std::collections::HashMap<String, String>>,
+                          headers: HeaderMap| async move {
+                        let now = IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1;
+                        MAX_IN_FLIGHT.fetch_max(now, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(pace_ms)).await;
+                        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+                        let account = headers
+                            .get("X-Account")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_string();
+                        let total = if account.is_empty() {
+                            single_total
+                        } else {
+                            ITEMS_PER_ACCOUNT_KIND
+                        };
+                        let limit: u64 = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(50);
+                        let start = q
+                            .get("starting_after")
+                            .and_then(|s| s.rsplit('_').next())
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .map_or(0, |n| n + 1);
+                        let end = (start + limit).min(total);
+                        let data: Vec<serde_json::Value> =
+                            (start..end).map(|i| item(&account, &kind, i)).collect();
+                        axum::Json(serde_json::json!({"data": data, "has_more": end < total}))
+                    },
+                ),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("http://{}", listener.local_addr().unwrap());
         std::io::stdout().flush().unwrap();
@@ -131,6 +143,24 @@ impl SenderProcess {
             child,
             base: base.trim().to_string(),
         }
+    }
+}
+
+impl SenderProcess {
+    /// The most requests the sender ever had waiting at once.
+    fn max_in_flight(&self) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            reqwest::get(format!("{}/stats", self.base))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
     }
 }
 
@@ -316,6 +346,34 @@ fn run(
     }
 }
 
+/// `reconcile --source api` (the one-shot the shipped timer runs), timed to its exit;
+/// then the table is checked.
+fn one_shot(url: &str, cfg: &std::path::Path, sender: &SenderProcess, rows: i64) -> (f64, f64) {
+    let before_machine = machine_busy();
+    let started = Instant::now();
+    let out = Command::new(binary())
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "reconcile",
+            "--source",
+            "api",
+            "--json",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    assert!(out.success(), "reconcile exited {out}");
+    let machine = machine_busy() - before_machine;
+    let _ = sender;
+    let mut c = PgConnection::establish(url).unwrap();
+    let stored = scalar(&mut c, "SELECT COUNT(*) AS n FROM resources");
+    assert_eq!(stored, rows, "rows stored");
+    (wall, machine)
+}
+
 fn fresh_database(
     dir: &std::path::Path,
     name: &str,
@@ -363,6 +421,10 @@ fn main() {
         .collect();
     let pace_ms: u64 = value("--pace-ms").map_or(3, |v| v.parse().unwrap());
     let dir = tempfile::tempdir().unwrap();
+    if args.iter().any(|a| a == "--one-shot") {
+        one_shot_sizes(&sizes, pace_ms, dir.path());
+        return;
+    }
     println!(
         "accounts_scale: 2 kinds × 50 items (~300 bytes) per account, the sender answering each request after {pace_ms} ms; {REPLICAS} replicas × 8 account-kinds at once"
     );
@@ -433,6 +495,53 @@ fn main() {
     }
     let mut admin = PgConnection::establish(&format!("{}/postgres", pg_server())).unwrap();
     for name in ["wr_bench_accounts_many", "wr_bench_accounts_one"] {
+        let name = format!("{name}_{}", std::process::id());
+        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    }
+}
+
+/// `--one-shot`: `reconcile --source api` over N accounts (accounts.concurrency = 8)
+/// against the same items in one account, each timed to the command's exit.
+fn one_shot_sizes(sizes: &[u64], pace_ms: u64, dir: &std::path::Path) {
+    println!(
+        "accounts_scale --one-shot: `reconcile --source api`, 2 kinds × 50 items (~300 bytes) per account, the sender answering each request after {pace_ms} ms; accounts.concurrency = 8"
+    );
+    for &n in sizes {
+        let kinds = 2 * n as i64;
+        let rows = kinds * ITEMS_PER_ACCOUNT_KIND as i64;
+        let sender = SenderProcess::start(pace_ms, 0);
+        let (url, cfg) = fresh_database(
+            dir,
+            &format!("wr_bench_oneshot_many_{}", std::process::id()),
+            |u| config(u, &sender.base, true),
+        );
+        let mut c = PgConnection::establish(&url).unwrap();
+        c.batch_execute(&format!(
+            "INSERT INTO accounts (source, account) SELECT 'api', 'acct_' || lpad(g::text, 6, '0') FROM generate_series(1, {n}) g"
+        ))
+        .unwrap();
+        let (many, many_cpu) = one_shot(&url, &cfg, &sender, rows);
+        let many_in_flight = sender.max_in_flight();
+        drop(sender);
+        let sender = SenderProcess::start(pace_ms, n * ITEMS_PER_ACCOUNT_KIND);
+        let (url1, cfg1) = fresh_database(
+            dir,
+            &format!("wr_bench_oneshot_one_{}", std::process::id()),
+            |u| config(u, &sender.base, false),
+        );
+        let (one, one_cpu) = one_shot(&url1, &cfg1, &sender, rows);
+        let one_in_flight = sender.max_in_flight();
+        println!(
+            "{n:>6} accounts: {:.2} s (at most {many_in_flight} requests in flight; machine busy {:.1} s) vs one account with the same {rows} items {:.2} s ({one_in_flight} in flight; busy {:.1} s): ratio {:.2}",
+            many,
+            many_cpu,
+            one,
+            one_cpu,
+            many / one
+        );
+    }
+    let mut admin = PgConnection::establish(&format!("{}/postgres", pg_server())).unwrap();
+    for name in ["wr_bench_oneshot_many", "wr_bench_oneshot_one"] {
         let name = format!("{name}_{}", std::process::id());
         let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     }

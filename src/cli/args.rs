@@ -96,6 +96,10 @@ pub enum Command {
         /// (check the ids first with --dry-run).
         #[arg(long)]
         allow_mass_delete: bool,
+        /// Account-kinds run at once (default: the largest accounts.concurrency of
+        /// the selected sources; 1 when none serves many accounts).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        concurrency: Option<u16>,
     },
     /// Authentic deliveries that could not be applied (a mapping pointing at the wrong
     /// field, data the database refused): list them, retry them after the fix, discard

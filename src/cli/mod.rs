@@ -213,6 +213,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             json,
             wait,
             allow_mass_delete,
+            concurrency,
         } => {
             reconcile::run(
                 config,
@@ -224,6 +225,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                     json,
                     wait,
                     allow_mass_delete,
+                    concurrency,
                 },
             )
             .await

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +26,8 @@ pub struct Args {
     pub json: bool,
     pub wait: bool,
     pub allow_mass_delete: bool,
+    /// Account-kinds at once (default: the selected sources' `accounts.concurrency`).
+    pub concurrency: Option<u16>,
 }
 
 /// How long the one-shot command does pending fetches after its runs.
@@ -96,39 +99,63 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         };
         runs.extend(accounts.into_iter().map(|a| (source, kind, a)));
     }
-    for (source, kind, account) in runs {
-        let bar = terminal.then(|| {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            bar.set_prefix(run_name(&source.name, account.stored(), &kind.name));
-            bar.enable_steady_tick(Duration::from_millis(120));
-            bar
-        });
-        let progress = {
-            let bar = bar.clone();
-            move |c: &crate::reconcile::RunCounts| {
-                if let Some(bar) = &bar {
-                    bar.set_message(format!(
-                        "page {}, {} scanned, {} applied",
-                        c.pages, c.scanned, c.applied
-                    ));
+    // Many accounts' account-kinds run side by side, as `serve` runs them (each under its
+    // own lease, with its account's request budget); the reports keep the selection's order.
+    let concurrency = args.concurrency.map_or_else(
+        || {
+            selected
+                .iter()
+                .filter_map(|(s, _)| s.accounts.as_ref().map(|a| a.concurrency))
+                .max()
+                .unwrap_or(1)
+        },
+        usize::from,
+    );
+    let bars = terminal.then(indicatif::MultiProgress::new);
+    let reconciler = &reconciler;
+    let (opts, cancel_ref, bars_ref) = (&opts, &cancel, &bars);
+    let mut finished = futures_util::stream::iter(runs)
+        .map(|(source, kind, account)| async move {
+            let bar = bars_ref.as_ref().map(|bars| {
+                let bar = bars.add(ProgressBar::new_spinner());
+                bar.set_style(
+                    ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                );
+                bar.set_prefix(run_name(&source.name, account.stored(), &kind.name));
+                bar.enable_steady_tick(Duration::from_millis(120));
+                bar
+            });
+            let progress = {
+                let bar = bar.clone();
+                move |c: &crate::reconcile::RunCounts| {
+                    if let Some(bar) = &bar {
+                        bar.set_message(format!(
+                            "page {}, {} scanned, {} applied",
+                            c.pages, c.scanned, c.applied
+                        ));
+                    }
                 }
+            };
+            let report = if cancel_ref.is_cancelled() {
+                None
+            } else {
+                Some(
+                    reconciler
+                        .run_account_kind(source, kind, &account, opts, cancel_ref, &progress)
+                        .await,
+                )
+            };
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
             }
-        };
-        let report = reconciler
-            .run_account_kind(source, kind, &account, &opts, &cancel, &progress)
-            .await;
-        if let Some(bar) = bar {
-            bar.finish_and_clear();
-        }
-        reports.push(report);
-        if cancel.is_cancelled() {
-            break;
-        }
+            report
+        })
+        .buffered(concurrency);
+    while let Some(report) = finished.next().await {
+        reports.extend(report);
     }
+    drop(finished);
     if !args.dry_run && !cancel.is_cancelled() {
         // Conflicts this run recorded (items listed in the second of the local row) and
         // fetches left by deliveries are due now: done here when no `serve` runs. What

@@ -20,16 +20,16 @@ use webhook_reconciler::store::Store;
 use crate::helpers::{Backend, TestApp, TestDb, both_backends, eventually, spawn_app_with};
 use crate::reconcile::reconciler_for;
 
-const STRIPE_WHSEC: &str = "whsec_c3RyaXBlLXNpbXVsYXRvci1zZWNyZXQ";
+pub(crate) const STRIPE_WHSEC: &str = "whsec_c3RyaXBlLXNpbXVsYXRvci1zZWNyZXQ";
 /// 32 bytes in base64: the test's accounts.key.
 const ACCOUNTS_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
-const NEVER: &str = "0 0 0 1 1 *";
-const PLATFORM_TOKEN: &str = "sk_platform_secret_1";
+pub(crate) const NEVER: &str = "0 0 0 1 1 *";
+pub(crate) const PLATFORM_TOKEN: &str = "sk_platform_secret_1";
 
 /// A Stripe Connect source (the preset fills `from = "/account"` and the
 /// `Stripe-Account` header); `schedule` is its reconcile schedule line.
-fn config(db_url: &str, sim: &ProviderSim, schedule: &str, api_token: &str) -> String {
+pub(crate) fn config(db_url: &str, sim: &ProviderSim, schedule: &str, api_token: &str) -> String {
     format!(
         r#"
 [database]
@@ -80,7 +80,7 @@ concurrency = 4
     )
 }
 
-fn lifecycle(toml: &str, store: Store) -> Operations {
+pub(crate) fn lifecycle(toml: &str, store: Store) -> Operations {
     Operations::new(Arc::new(Config::from_toml_str(toml).unwrap()), store)
 }
 

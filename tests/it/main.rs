@@ -24,6 +24,7 @@ mod hostile_sender;
 mod input_limits;
 mod listener;
 mod migrations;
+mod oneshot;
 mod operations;
 mod process;
 mod properties;

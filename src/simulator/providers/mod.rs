@@ -92,6 +92,11 @@ struct World {
     failing_accounts: std::collections::HashSet<String>,
     /// The `Stripe-Account` of every request (`""` when absent).
     account_headers: Vec<String>,
+    /// How long each request waits before it is answered (a real API's pace).
+    latency: std::time::Duration,
+    in_flight: usize,
+    /// The most requests ever waiting at once.
+    max_in_flight: usize,
 }
 
 /// The running simulated provider. Dropping it stops the server.
@@ -163,6 +168,9 @@ impl ProviderSim {
             app: None,
             failing_accounts: Default::default(),
             account_headers: Vec::new(),
+            latency: std::time::Duration::ZERO,
+            in_flight: 0,
+            max_in_flight: 0,
         }));
         let app = Router::new().fallback(serve).with_state(world.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -415,6 +423,16 @@ impl ProviderSim {
         lock(&self.world).get_requests
     }
 
+    /// Each request is answered after `latency` (requests wait side by side).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        lock(&self.world).latency = latency;
+    }
+
+    /// The most requests that were ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        lock(&self.world).max_in_flight
+    }
+
     /// Requests the simulated provider refused for its rate limit.
     pub fn refused(&self) -> u64 {
         lock(&self.world).refused
@@ -434,7 +452,34 @@ async fn serve(
     Query(q): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let mut w = lock(&world);
+    /// Counts the request out however it ends (a client may hang up while it waits).
+    struct InFlight(Arc<Mutex<World>>);
+    impl Drop for InFlight {
+        fn drop(&mut self) {
+            lock(&self.0).in_flight -= 1;
+        }
+    }
+    let latency = {
+        let mut w = lock(&world);
+        w.in_flight += 1;
+        w.max_in_flight = w.max_in_flight.max(w.in_flight);
+        w.latency
+    };
+    let _counted = InFlight(world.clone());
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    answer(&world, method, uri, q, headers)
+}
+
+fn answer(
+    world: &Mutex<World>,
+    method: Method,
+    uri: Uri,
+    q: HashMap<String, String>,
+    headers: HeaderMap,
+) -> Response {
+    let mut w = lock(world);
     if method == Method::POST {
         if let (Provider::Github, Some(installation)) = (
             w.provider,

@@ -32,6 +32,7 @@ pub mod http;
 pub mod ingest;
 pub mod observability;
 pub mod operations;
+pub mod prove;
 pub mod reconcile;
 pub mod retention;
 pub mod sender;

@@ -140,6 +140,12 @@ pub enum Command {
         #[command(subcommand)]
         action: SecretAction,
     },
+    /// Prove any running receiver: the guide's seven cases (a repeated delivery, three
+    /// concurrent ones, an older update after a newer one, a burst of 200 half
+    /// duplicates, a delivery abandoned before its answer and retried, a forged
+    /// signature, an old timestamp) sent as its sender would, each effect read back
+    /// through a probe. Exit 0 when none fails, 1 when one does, 2 on bad arguments.
+    Prove(ProveArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
     Completions {
         #[arg(value_enum)]
@@ -285,4 +291,49 @@ pub(super) fn rate(name: &str, v: f64) -> Result<f64, String> {
     } else {
         Err(format!("--{name} {v} is not a rate between 0 and 1"))
     }
+}
+
+/// `prove`'s arguments. A probe is required: the count probe (SQL or URL), and
+/// optionally the version probe for the order case.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("count").required(true).args(["probe_sql", "probe_url"])))]
+pub struct ProveArgs {
+    /// The receiver's endpoint, e.g. https://staging.example.com/webhooks.
+    #[arg(long)]
+    pub url: String,
+    /// How the receiver verifies: seed (the guide's, = hmac-sha256), hmac-sha256,
+    /// standard-webhooks, stripe, github, shopify.
+    #[arg(long)]
+    pub scheme: String,
+    /// File holding the webhook secret (as the sender shows it); never printed.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: PathBuf,
+    /// A JSON event with {event_id}, {resource_id}, {version}, {created} (RFC 3339) and
+    /// {created_unix} placeholders (default: the guide's refund event).
+    #[arg(long, value_name = "FILE")]
+    pub template: Option<PathBuf>,
+    /// The database the count and version probe queries run on (postgres://… or
+    /// sqlite://…).
+    #[arg(long, value_name = "URL")]
+    pub probe_db: Option<String>,
+    /// How many times an event's effect was applied, with :event_id bound, e.g.
+    /// "select count(*) from refunds where source_event = :event_id".
+    #[arg(long, value_name = "SQL", requires = "probe_db")]
+    pub probe_sql: Option<String>,
+    /// The same over HTTP: GET with {event_id} filled in, answering N or {"count": N}.
+    #[arg(long, value_name = "URL")]
+    pub probe_url: Option<String>,
+    /// Which version of a resource the receiver holds, with :resource_id bound (for
+    /// the order case; without a version probe it is skipped).
+    #[arg(long, value_name = "SQL", requires = "probe_db")]
+    pub probe_version_sql: Option<String>,
+    /// The same over HTTP: GET with {resource_id}, answering N or {"version": N}.
+    #[arg(long, value_name = "URL", conflicts_with = "probe_version_sql")]
+    pub probe_version_url: Option<String>,
+    /// Each request's timeout.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Print the results as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }

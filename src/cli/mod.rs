@@ -5,6 +5,7 @@ mod accounts;
 mod args;
 mod generate;
 mod operate;
+mod prove;
 mod reconcile;
 mod status;
 
@@ -102,6 +103,10 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
         };
     }
+    // Another party's receiver: no configuration of ours is read.
+    if let Command::Prove(args) = cli.command {
+        return prove::run(args).await;
+    }
     // Generated from the definition alone: no configuration is read.
     let generated = match &cli.command {
         Command::Completions { shell } => Some(generate::completions(*shell)),
@@ -174,6 +179,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Migrate => migrate(&config).await.map(|()| ExitCode::SUCCESS),
         // Handled above.
         Command::Demo(_)
+        | Command::Prove(_)
         | Command::Config
         | Command::Completions { .. }
         | Command::Man { .. }

@@ -87,7 +87,7 @@ impl std::fmt::Debug for WebhookSecret {
 impl WebhookSecret {
     /// Standard Webhooks secrets are base64 behind an optional `whsec_` prefix; the
     /// other schemes use the secret's bytes as they are (Stripe keeps its `whsec_`).
-    pub(super) fn new(scheme: &Scheme, value: String) -> Result<Self, String> {
+    pub fn new(scheme: &Scheme, value: String) -> Result<Self, String> {
         let bytes = match scheme {
             Scheme::StandardWebhooks => {
                 let b64 = value.strip_prefix("whsec_").unwrap_or(&value);

@@ -28,6 +28,7 @@ mod oneshot;
 mod operations;
 mod process;
 mod properties;
+mod prove;
 mod reconcile;
 mod senders;
 mod store;

@@ -24,6 +24,42 @@ both_backends!(
     a_probe_that_fails_is_reported_as_a_probe_error_not_a_pass,
 );
 
+/// Signed as Stripe signs, to `serve`'s Stripe-scheme source (`billing`): every case
+/// with a count passes; without a version probe the order case is skipped, not passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stripe_signed_cases_pass_against_serve_and_the_order_case_is_skipped_without_a_version_probe()
+ {
+    let db = TestDb::new(Backend::Sqlite);
+    let db_url = db.url.clone();
+    let app = spawn_app_with(db, &toml(&db_url)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("invoice.json");
+    std::fs::write(
+        &template,
+        r#"{"id": "{event_id}", "object": "event", "type": "invoice.updated", "created": {created_unix}, "data": {"object": {"id": "{resource_id}", "status": "open"}}}"#,
+    )
+    .unwrap();
+    let secret = dir.path().join("whsec.txt");
+    std::fs::write(&secret, crate::helpers::STRIPE_SECRET).unwrap();
+    let out = bin()
+        .args(["prove", "--json", "--scheme", "stripe", "--url", &app.url("/webhooks/billing")])
+        .args(["--secret-file", secret.to_str().unwrap(), "--template", template.to_str().unwrap()])
+        .args(["--probe-db", &db_url, "--probe-sql"])
+        .arg("select count(*) from processed_events where outcome = 'applied' and event_id = :event_id")
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let v = verdicts(&doc);
+    assert_eq!(
+        v.iter().filter(|(_, verdict)| verdict == "passed").count(),
+        6,
+        "{doc:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(v[2].1, "skipped", "{doc:#}");
+    assert_eq!(out.status.code(), Some(0));
+}
+
 /// `serve`'s test configuration with a source for the guide's refund event, versioned.
 fn toml(url: &str) -> String {
     format!(

@@ -466,3 +466,18 @@ async fn a_name_taken_by_a_table_of_someone_elses_is_refused_and_nothing_changes
         "our view is untouched"
     );
 }
+
+/// Replicas starting together on one PostgreSQL database: one makes the views, the
+/// others wait for it (the migration lock) and find them made; none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_starting_at_once_make_the_views_once() {
+    let db = TestDb::new(Backend::Postgres);
+    let toml = config(&db.url, "\"email\", \"amount\"", COLUMNS);
+    let build = || async { Application::build(Config::from_toml_str(&toml).unwrap()).await };
+    let (a, b, c) = tokio::join!(build(), build(), build());
+    for r in [&a, &b, &c] {
+        assert!(r.is_ok(), "{:?}", r.as_ref().err());
+    }
+    assert_eq!(db.count("typed_views"), 1);
+    assert_eq!(index_count(&db, "shop_order_"), 2);
+}

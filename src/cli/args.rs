@@ -298,7 +298,7 @@ pub(super) fn rate(name: &str, v: f64) -> Result<f64, String> {
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("count").required(true).args(["probe_sql", "probe_url"])))]
 pub struct ProveArgs {
-    /// The receiver's endpoint, e.g. https://staging.example.com/webhooks.
+    /// The receiver's endpoint, e.g. `https://staging.example.com/webhooks`.
     #[arg(long)]
     pub url: String,
     /// How the receiver verifies: seed (the guide's, = hmac-sha256), hmac-sha256,

@@ -305,6 +305,12 @@ pub struct ProveArgs {
     /// standard-webhooks, stripe, github, shopify.
     #[arg(long)]
     pub scheme: String,
+    /// hmac-sha256 (seed): the signature's header, if the receiver reads another.
+    #[arg(long, default_value = "X-Signature")]
+    pub signature_header: String,
+    /// hmac-sha256 (seed): the timestamp's header.
+    #[arg(long, default_value = "X-Signature-Timestamp")]
+    pub timestamp_header: String,
     /// File holding the webhook secret (as the sender shows it); never printed.
     #[arg(long, value_name = "FILE")]
     pub secret_file: PathBuf,

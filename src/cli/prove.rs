@@ -56,13 +56,20 @@ pub async fn run(args: ProveArgs) -> ExitCode {
 }
 
 fn setup(args: &ProveArgs) -> Result<Setup, String> {
-    let scheme = prove::sign::scheme_named(&args.scheme).ok_or_else(|| {
-        format!(
-            "--scheme {:?} is not a scheme; use one of: {}",
-            args.scheme,
-            prove::sign::SCHEMES.join(", ")
-        )
-    })?;
+    let scheme = match prove::sign::scheme_named(&args.scheme) {
+        Some(crate::config::Scheme::HmacSha256 { .. }) => crate::config::Scheme::HmacSha256 {
+            signature_header: header_name("--signature-header", &args.signature_header)?,
+            timestamp_header: header_name("--timestamp-header", &args.timestamp_header)?,
+        },
+        Some(other) => other,
+        None => {
+            return Err(format!(
+                "--scheme {:?} is not a scheme; use one of: {}",
+                args.scheme,
+                prove::sign::SCHEMES.join(", ")
+            ));
+        }
+    };
     if !(args.url.starts_with("http://") || args.url.starts_with("https://")) {
         return Err(format!(
             "--url {:?} must start with http:// or https://",
@@ -123,4 +130,10 @@ fn setup(args: &ProveArgs) -> Result<Setup, String> {
         version,
         timeout: args.timeout,
     })
+}
+
+fn header_name(flag: &str, name: &str) -> Result<String, String> {
+    http::HeaderName::from_bytes(name.as_bytes())
+        .map(|_| name.to_string())
+        .map_err(|_| format!("{flag} {name:?} is not an HTTP header name"))
 }

@@ -362,4 +362,19 @@ fn bad_arguments_exit_2_naming_the_flag() {
     );
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("{event_id}"), "{stderr}");
+    let (code, _, stderr) = prove(
+        dir.path(),
+        &[
+            "--url",
+            "http://127.0.0.1:9/webhooks",
+            "--scheme",
+            "seed",
+            "--signature-header",
+            "X Sig",
+            "--probe-url",
+            "http://127.0.0.1:9/count?e={event_id}",
+        ],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("is not an HTTP header name"), "{stderr}");
 }

@@ -34,21 +34,18 @@ pub async fn run(args: ProveArgs) -> ExitCode {
         }
     })
     .await;
+    // Skipped cases are listed, not failed; a probe error is not a pass.
+    let ok = results
+        .iter()
+        .all(|r| matches!(r.verdict, Verdict::Passed | Verdict::Skipped));
     if json {
-        let failed = results
-            .iter()
-            .any(|r| r.verdict != Verdict::Passed && r.verdict != Verdict::Skipped);
-        let doc = serde_json::json!({"url": setup.url, "scheme": setup.scheme_name, "ok": !failed, "cases": results});
+        let doc = serde_json::json!({"url": setup.url, "scheme": setup.scheme_name, "ok": ok, "cases": results});
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         println!();
         println!("{}", prove::summary(&results));
     }
-    // Skipped cases are listed, not failed; a probe error is not a pass.
-    if results
-        .iter()
-        .all(|r| matches!(r.verdict, Verdict::Passed | Verdict::Skipped))
-    {
+    if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_FAILED)

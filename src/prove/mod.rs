@@ -64,8 +64,8 @@ struct Delivery {
 
 struct Run<'a> {
     setup: &'a Setup,
+    /// Deliveries and URL probes alike.
     http: reqwest::Client,
-    probe_http: reqwest::Client,
     prefix: String,
     n: std::sync::atomic::AtomicUsize,
 }
@@ -109,15 +109,9 @@ pub async fn prove(setup: &Setup, report: &mut dyn FnMut(&CaseResult)) -> Vec<Ca
         .pool_max_idle_per_host(256)
         .build()
         .unwrap_or_default();
-    let probe_http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(setup.timeout)
-        .build()
-        .unwrap_or_default();
     let run = Run {
         setup,
         http,
-        probe_http,
         prefix: format!("prove_{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff),
         n: Default::default(),
     };
@@ -253,7 +247,7 @@ impl Run<'_> {
         Ok(self
             .setup
             .count
-            .read(&self.probe_http, "event_id", event_id)
+            .read(&self.http, "event_id", event_id)
             .await?
             .unwrap_or(0))
     }
@@ -318,9 +312,7 @@ impl Run<'_> {
                 let a = self.send(&newer).await;
                 let b = self.send(&older).await;
                 tokio::time::sleep(probe::SETTLE).await;
-                let held = version
-                    .read(&self.probe_http, "resource_id", &resource)
-                    .await?;
+                let held = version.read(&self.http, "resource_id", &resource).await?;
                 let ok = is_2xx(&a) && is_2xx(&b) && held == Some(5);
                 Ok(verdict(
                     ok,

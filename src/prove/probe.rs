@@ -110,12 +110,12 @@ impl Probe {
                     .get(&url)
                     .send()
                     .await
-                    .map_err(|e| ProbeError(format!("GET {url}: {}", without_url(&e))))?;
+                    .map_err(|e| ProbeError(format!("GET {url}: {}", cause_of(&e))))?;
                 let status = answer.status();
                 let text = answer
                     .text()
                     .await
-                    .map_err(|e| ProbeError(format!("GET {url}: {}", without_url(&e))))?;
+                    .map_err(|e| ProbeError(format!("GET {url}: {}", cause_of(&e))))?;
                 if !status.is_success() {
                     return Err(ProbeError(format!("GET {url} answered {status}")));
                 }
@@ -131,7 +131,7 @@ impl Probe {
 }
 
 /// The error and its causes (the URL is said by the caller).
-fn without_url(e: &reqwest::Error) -> String {
+fn cause_of(e: &reqwest::Error) -> String {
     let mut text = if e.is_timeout() {
         "no answer in time".to_string()
     } else if e.is_connect() {

@@ -3,6 +3,7 @@
 //! answering each request after a delay: the sender sees that many requests in flight,
 //! and every account's objects arrive under their account.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -14,15 +15,20 @@ use crate::helpers::{Backend, TestDb, both_backends};
 
 both_backends!(the_one_shot_runs_the_accounts_concurrency_at_once_and_concurrency_1_one_at_a_time);
 
-async fn the_one_shot_runs_the_accounts_concurrency_at_once_and_concurrency_1_one_at_a_time(
+/// A simulated Stripe Connect API answering after `latency`, `accounts` registered
+/// (accounts.concurrency = 4, from `config`) with a customer each; the configuration's
+/// file in `dir`.
+async fn platform(
     b: Backend,
-) {
+    accounts: &[String],
+    latency: Duration,
+    dir: &Path,
+) -> (ProviderSim, TestDb, PathBuf) {
     let sim = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
         .await
         .unwrap();
-    sim.set_latency(Duration::from_millis(100));
+    sim.set_latency(latency);
     let db = TestDb::new(b);
-    // `config` sets accounts.concurrency = 4.
     let toml = config(
         &db.url,
         &sim,
@@ -30,8 +36,7 @@ async fn the_one_shot_runs_the_accounts_concurrency_at_once_and_concurrency_1_on
         PLATFORM_TOKEN,
     );
     let life = lifecycle(&toml, crate::helpers::store_on(&db).await);
-    let accounts: Vec<String> = (1..=8).map(|i| format!("acct_{i:02}")).collect();
-    for a in &accounts {
+    for a in accounts {
         life.add_account("stripe", a, None, None).await.unwrap();
         sim.change_in(
             a,
@@ -41,30 +46,37 @@ async fn the_one_shot_runs_the_accounts_concurrency_at_once_and_concurrency_1_on
             "customer.created",
         );
     }
+    let path = write_config(dir, &toml);
+    (sim, db, path)
+}
+
+/// `reconcile --source stripe --kind customer` and `extra`: exit 0, its stdout.
+fn oneshot(path: &Path, extra: &[&str]) -> String {
+    let out = bin()
+        .args(["--config", path.to_str().unwrap(), "reconcile"])
+        .args(["--source", "stripe", "--kind", "customer"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+async fn the_one_shot_runs_the_accounts_concurrency_at_once_and_concurrency_1_one_at_a_time(
+    b: Backend,
+) {
+    let accounts: Vec<String> = (1..=8).map(|i| format!("acct_{i:02}")).collect();
     let dir = tempfile::tempdir().unwrap();
-    let path = write_config(dir.path(), &toml);
-    let oneshot = |extra: &[&str]| {
-        let mut args = vec![
-            "--config",
-            path.to_str().unwrap(),
-            "reconcile",
-            "--source",
-            "stripe",
-            "--kind",
-            "customer",
-        ];
-        args.extend_from_slice(extra);
-        let out = bin().args(&args).output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
-    let printed = oneshot(&[]);
+    let many = dir.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    let (sim, db, path) = platform(b, &accounts, Duration::from_millis(100), &many).await;
+    let printed = oneshot(&path, &[]);
     for a in &accounts {
         assert_eq!(
             db.count(&format!(
@@ -88,44 +100,10 @@ async fn the_one_shot_runs_the_accounts_concurrency_at_once_and_concurrency_1_on
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{printed}");
 
-    let sim1 = ProviderSim::start(Provider::Stripe, STRIPE_WHSEC)
-        .await
-        .unwrap();
-    sim1.set_latency(Duration::from_millis(20));
-    let db1 = TestDb::new(b);
-    let toml1 = config(
-        &db1.url,
-        &sim1,
-        &format!("cron = \"{NEVER}\""),
-        PLATFORM_TOKEN,
-    );
-    let life1 = lifecycle(&toml1, crate::helpers::store_on(&db1).await);
-    for a in &accounts[..4] {
-        life1.add_account("stripe", a, None, None).await.unwrap();
-        sim1.change_in(
-            a,
-            "customers",
-            "cus_1",
-            json!({"name": a}),
-            "customer.created",
-        );
-    }
-    let path1 = write_config(dir.path(), &toml1);
-    let out = bin()
-        .args([
-            "--config",
-            path1.to_str().unwrap(),
-            "reconcile",
-            "--source",
-            "stripe",
-            "--kind",
-            "customer",
-            "--concurrency",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let one = dir.path().join("one");
+    std::fs::create_dir(&one).unwrap();
+    let (sim1, db1, path1) = platform(b, &accounts[..4], Duration::from_millis(20), &one).await;
+    oneshot(&path1, &["--concurrency", "1"]);
     assert_eq!(db1.count("resources WHERE kind = 'customer'"), 4);
     assert_eq!(sim1.max_in_flight(), 1, "--concurrency 1: one at a time");
 }

@@ -328,53 +328,38 @@ async fn a_wrong_receiver_fails_exactly_the_concurrent_burst_and_order_cases_wit
 #[test]
 fn bad_arguments_exit_2_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, stderr) = prove(
-        dir.path(),
-        &[
-            "--url",
-            "http://127.0.0.1:9/webhooks",
-            "--scheme",
-            "paypal",
-            "--probe-url",
-            "http://127.0.0.1:9/c?e={event_id}",
-        ],
-    );
-    assert_eq!(code, 2, "{stderr}");
-    assert!(
-        stderr.contains("--scheme") && stderr.contains("standard-webhooks"),
-        "{stderr}"
-    );
-    let (code, _, stderr) = prove(
-        dir.path(),
-        &["--url", "http://127.0.0.1:9/webhooks", "--scheme", "seed"],
-    );
-    assert_eq!(code, 2, "no probe: {stderr}");
-    let (code, _, stderr) = prove(
-        dir.path(),
-        &[
-            "--url",
-            "http://127.0.0.1:9/webhooks",
-            "--scheme",
-            "seed",
-            "--probe-url",
-            "http://127.0.0.1:9/count",
-        ],
-    );
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("{event_id}"), "{stderr}");
-    let (code, _, stderr) = prove(
-        dir.path(),
-        &[
-            "--url",
-            "http://127.0.0.1:9/webhooks",
-            "--scheme",
-            "seed",
-            "--signature-header",
-            "X Sig",
-            "--probe-url",
-            "http://127.0.0.1:9/count?e={event_id}",
-        ],
-    );
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("is not an HTTP header name"), "{stderr}");
+    let count = "http://127.0.0.1:9/count?e={event_id}";
+    for (args, says) in [
+        (
+            vec!["--scheme", "paypal", "--probe-url", count],
+            "standard-webhooks",
+        ),
+        (vec!["--scheme", "seed"], "--probe"),
+        (
+            vec![
+                "--scheme",
+                "seed",
+                "--probe-url",
+                "http://127.0.0.1:9/count",
+            ],
+            "{event_id}",
+        ),
+        (
+            vec![
+                "--scheme",
+                "seed",
+                "--signature-header",
+                "X Sig",
+                "--probe-url",
+                count,
+            ],
+            "is not an HTTP header name",
+        ),
+    ] {
+        let mut all = vec!["--url", "http://127.0.0.1:9/webhooks"];
+        all.extend(args);
+        let (code, _, stderr) = prove(dir.path(), &all);
+        assert_eq!(code, 2, "{all:?}: {stderr}");
+        assert!(stderr.contains(says), "{all:?}: {stderr}");
+    }
 }

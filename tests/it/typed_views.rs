@@ -329,6 +329,15 @@ async fn the_presets_views_are_filled_from_the_senders_objects(b: Backend) {
     assert_eq!(db.count("github_issue WHERE state = 'closed'"), 1);
 }
 
+/// `serve`'s start (migrations and views), then its end.
+async fn start_and_stop(toml: &str) {
+    drop(
+        Application::build(Config::from_toml_str(toml).unwrap())
+            .await
+            .unwrap(),
+    );
+}
+
 /// The view's column names, in order.
 fn view_columns(db: &TestDb, view: &str) -> Vec<String> {
     #[derive(QueryableByName)]
@@ -366,10 +375,7 @@ async fn a_column_added_appears_after_a_restart_and_one_removed_disappears(b: Ba
         "[sources.shop.kinds.order.columns]\nstatus = \"/status\"\nversion_text = \"/version\"\n\
          [sources.billing.kinds.invoice.columns]\ncustomer = \"/customer\"\n",
     );
-    let app = Application::build(Config::from_toml_str(&first).unwrap())
-        .await
-        .unwrap();
-    drop(app);
+    start_and_stop(&first).await;
     assert_eq!(
         view_columns(&db, "shop_order"),
         [
@@ -391,10 +397,7 @@ async fn a_column_added_appears_after_a_restart_and_one_removed_disappears(b: Ba
         "\"amount\"",
         "[sources.shop.kinds.order.columns]\nversion_text = \"/version\"\namount = { pointer = \"/amount\", type = \"bigint\" }\n",
     );
-    let app = Application::build(Config::from_toml_str(&second).unwrap())
-        .await
-        .unwrap();
-    drop(app);
+    start_and_stop(&second).await;
     assert_eq!(
         view_columns(&db, "shop_order"),
         [
@@ -443,11 +446,7 @@ async fn a_name_taken_by_a_table_of_someone_elses_is_refused_and_nothing_changes
     let db = TestDb::new(b);
     let base = config_toml(&db.url, "");
     let first = format!("{base}\n[sources.shop.kinds.order.columns]\nstatus = \"/status\"\n");
-    drop(
-        Application::build(Config::from_toml_str(&first).unwrap())
-            .await
-            .unwrap(),
-    );
+    start_and_stop(&first).await;
     db.execute("CREATE TABLE billing_invoice (x INTEGER)");
     let second =
         format!("{first}\n[sources.billing.kinds.invoice.columns]\ncustomer = \"/customer\"\n");

@@ -5,9 +5,9 @@
 //!
 //! What comes from the configuration reaches this SQL only as checked identifiers
 //! (`config::validate::columns`), double-quoted, and as string literals, quoted here: a
-//! pointer holding a quote or a semicolon only changes which key is read. The statements
-//! contain `$` (regular expressions, SQLite's JSON paths), so they are run as they are,
-//! never through `db::sql::query`.
+//! pointer holding a quote or a semicolon only changes which key is read. The DDL
+//! contains `$` (regular expressions, SQLite's JSON paths), so it is run as it is, never
+//! through `db::sql::query`; the statements on `typed_views` go through it.
 
 use diesel::RunQueryDsl;
 use diesel::connection::SimpleConnection;
@@ -15,6 +15,7 @@ use diesel::sql_types::Text;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Backend, Column, ColumnType, TimeFormat, TypedView};
+use crate::db::sql::{now, query};
 use crate::db::{Conn, on_conn};
 
 /// A view this daemon made, as `typed_views` recorded it.
@@ -186,7 +187,10 @@ fn sqlite_expr(c: &Column) -> String {
 }
 
 pub fn made_views(conn: &mut Conn) -> diesel::QueryResult<Vec<MadeView>> {
-    let q = diesel::sql_query("SELECT name, definition, indexes FROM typed_views ORDER BY name");
+    let q = query(
+        conn.backend(),
+        "SELECT name, definition, indexes FROM typed_views ORDER BY name",
+    );
     on_conn!(conn, c => q.load(c))
 }
 
@@ -202,9 +206,9 @@ pub fn name_taken(conn: &mut Conn, name: &str) -> diesel::QueryResult<bool> {
         Backend::Postgres => {
             "SELECT count(*) AS n FROM pg_class WHERE relname = $1 AND relnamespace = current_schema()::regnamespace"
         }
-        Backend::Sqlite => "SELECT count(*) AS n FROM sqlite_master WHERE name = ?1",
+        Backend::Sqlite => "SELECT count(*) AS n FROM sqlite_master WHERE name = $1",
     };
-    let q = diesel::sql_query(sql).bind::<Text, _>(name);
+    let q = query(conn.backend(), sql).bind::<Text, _>(name);
     let found: Found = on_conn!(conn, c => q.get_result(c))?;
     Ok(found.n > 0)
 }
@@ -216,32 +220,24 @@ pub fn drop_view(conn: &mut Conn, made: &MadeView, keep: &[&str]) -> diesel::Que
         execute(conn, &format!("DROP INDEX IF EXISTS \"{index}\""))?;
     }
     execute(conn, &format!("DROP VIEW IF EXISTS \"{}\"", made.name))?;
-    let q = diesel::sql_query(match conn.backend() {
-        Backend::Postgres => "DELETE FROM typed_views WHERE name = $1",
-        Backend::Sqlite => "DELETE FROM typed_views WHERE name = ?1",
-    })
-    .bind::<Text, _>(&made.name);
+    let q = query(conn.backend(), "DELETE FROM typed_views WHERE name = $1")
+        .bind::<Text, _>(&made.name);
     on_conn!(conn, c => q.execute(c))?;
     Ok(())
 }
 
-/// Makes the view (again, should someone have dropped it: `made` says only what was
-/// recorded), makes its indexes that are missing and drops those it no longer has;
-/// records it. A view whose definition changed is dropped first ([`drop_view`]).
+/// Makes the view and its indexes where they are missing (someone may have dropped
+/// one: `made` says only what was recorded), drops the indexes it no longer has, and
+/// records it. An unchanged view costs a start no DDL, so no lock on `resources`. A
+/// view whose definition changed is dropped first ([`drop_view`]).
 pub fn make_view(
     conn: &mut Conn,
     view: &ViewSql,
     made: Option<&MadeView>,
 ) -> diesel::QueryResult<()> {
-    let create = match conn.backend() {
-        Backend::Postgres => view
-            .definition
-            .replacen("CREATE VIEW", "CREATE OR REPLACE VIEW", 1),
-        Backend::Sqlite => view
-            .definition
-            .replacen("CREATE VIEW", "CREATE VIEW IF NOT EXISTS", 1),
-    };
-    execute(conn, &create)?;
+    if made.is_none() || !name_taken(conn, &view.name)? {
+        execute(conn, &view.definition)?;
+    }
     if let Some(made) = made {
         for old in made.index_names() {
             if !view.indexes.iter().any(|(name, _)| name == old) {
@@ -249,21 +245,24 @@ pub fn make_view(
             }
         }
     }
-    for (_, sql) in &view.indexes {
-        execute(conn, sql)?;
+    for (name, sql) in &view.indexes {
+        if !name_taken(conn, name)? {
+            execute(conn, sql)?;
+        }
     }
     let names: Vec<&str> = view.indexes.iter().map(|(n, _)| n.as_str()).collect();
-    let q = diesel::sql_query(match conn.backend() {
-        Backend::Postgres => {
+    if made.is_some_and(|m| m.index_names().eq(names.iter().copied())) {
+        return Ok(());
+    }
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
             "INSERT INTO typed_views (name, source, kind, definition, indexes) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, indexes = excluded.indexes, made_at = now()"
-        }
-        Backend::Sqlite => {
-            "INSERT INTO typed_views (name, source, kind, definition, indexes) VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, indexes = excluded.indexes, \
-             made_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-        }
-    })
+             ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, indexes = excluded.indexes, made_at = {}",
+            now(b)
+        ),
+    )
     .bind::<Text, _>(&view.name)
     .bind::<Text, _>(&view.source)
     .bind::<Text, _>(&view.kind)

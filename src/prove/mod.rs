@@ -230,8 +230,9 @@ impl Run<'_> {
         match req.send().await {
             Ok(r) => {
                 let status = r.status().as_u16();
-                // Read the answer whole, as a sender does, so the connection is reused.
-                let _ = r.bytes().await;
+                // Read the answer, as a sender does, so the connection is reused; a
+                // longer one is cut off (and its connection closed), never held whole.
+                let _ = probe::read_at_most(r, probe::MAX_ANSWER).await;
                 Ok(status)
             }
             Err(e) if e.is_timeout() => Err(format!("no answer within {:?}", self.setup.timeout)),

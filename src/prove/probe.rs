@@ -112,10 +112,15 @@ impl Probe {
                     .await
                     .map_err(|e| ProbeError(format!("GET {url}: {}", cause_of(&e))))?;
                 let status = answer.status();
-                let text = answer
-                    .text()
+                let (body, whole) = read_at_most(answer, MAX_ANSWER)
                     .await
                     .map_err(|e| ProbeError(format!("GET {url}: {}", cause_of(&e))))?;
+                if !whole {
+                    return Err(ProbeError(format!(
+                        "GET {url} answered more than {MAX_ANSWER} bytes; a probe answers a number"
+                    )));
+                }
+                let text = String::from_utf8_lossy(&body);
                 if !status.is_success() {
                     return Err(ProbeError(format!("GET {url} answered {status}")));
                 }
@@ -128,6 +133,24 @@ impl Probe {
             }
         }
     }
+}
+
+/// The most of an answer `prove` reads: another party's server may send without end.
+pub const MAX_ANSWER: usize = 64 * 1024;
+
+/// The answer's body up to `limit` bytes, and whether that was all of it.
+pub async fn read_at_most(
+    mut answer: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = answer.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
 }
 
 /// The error and its causes (the URL is said by the caller).

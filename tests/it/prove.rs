@@ -363,3 +363,46 @@ fn bad_arguments_exit_2_naming_the_flag() {
         assert!(stderr.contains(says), "{all:?}: {stderr}");
     }
 }
+
+/// A probe URL that answers without end is cut off at 64 KiB and reported as a probe
+/// error; so is a receiver's endless answer read no further.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_endless_answer_is_cut_off_and_a_probe_that_sends_one_is_a_probe_error() {
+    let endless = || async { "1".repeat(1024 * 1024) };
+    let app = axum::Router::new()
+        .route("/webhooks", axum::routing::post(endless))
+        .route("/count", axum::routing::get(endless));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().unwrap();
+    let (code, doc, stderr) = tokio::task::spawn_blocking(move || {
+        prove(
+            dir.path(),
+            &[
+                "--url",
+                &format!("http://{addr}/webhooks"),
+                "--scheme",
+                "github",
+                "--probe-url",
+                &format!("http://{addr}/count?event={{event_id}}"),
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 1, "{stderr}");
+    for c in doc["cases"].as_array().unwrap() {
+        let verdict = c["verdict"].as_str().unwrap();
+        assert!(verdict == "probe_error" || verdict == "skipped", "{c}");
+        if verdict == "probe_error" {
+            assert!(
+                c["evidence"]
+                    .as_str()
+                    .unwrap()
+                    .contains("more than 65536 bytes"),
+                "{c}"
+            );
+        }
+    }
+}

@@ -113,6 +113,30 @@ fn serve_sender(pace_ms: u64, single_total: u64) {
                     },
                 ),
             );
+        // `get` of one item (`--fetches`): the id's number names the item.
+        let app = app.route(
+            "/v1/{kind}/{id}",
+            axum::routing::get(
+                move |axum::extract::Path((kind, id)): axum::extract::Path<(String, String)>,
+                      headers: HeaderMap| async move {
+                    let now = IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1;
+                    MAX_IN_FLIGHT.fetch_max(now, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(pace_ms)).await;
+                    IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+                    let account = headers
+                        .get("X-Account")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    let i = id
+                        .rsplit('_')
+                        .next()
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .unwrap_or(0);
+                    axum::Json(item(&account, &kind, i))
+                },
+            ),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("http://{}", listener.local_addr().unwrap());
         std::io::stdout().flush().unwrap();
@@ -181,7 +205,7 @@ fn config(url: &str, base: &str, many: bool) -> String {
         .iter()
         .map(|k| {
             format!(
-                "[sources.api.kinds.{k}]\nlist = \"/v1/{k}\"\npagination = \"stripe\"\nid = \"/id\"\nversion = \"/version\"\n\n"
+                "[sources.api.kinds.{k}]\nlist = \"/v1/{k}\"\nget = \"/v1/{k}/{{id}}\"\npagination = \"stripe\"\nid = \"/id\"\nversion = \"/version\"\n\n"
             )
         })
         .collect();
@@ -421,6 +445,11 @@ fn main() {
         .collect();
     let pace_ms: u64 = value("--pace-ms").map_or(3, |v| v.parse().unwrap());
     let dir = tempfile::tempdir().unwrap();
+    if args.iter().any(|a| a == "--fetches") {
+        let budget: f64 = value("--budget").map_or(1000.0, |v| v.parse().unwrap());
+        fetches(pace_ms, budget, dir.path());
+        return;
+    }
     if args.iter().any(|a| a == "--one-shot") {
         one_shot_sizes(&sizes, pace_ms, dir.path());
         return;
@@ -545,4 +574,92 @@ fn one_shot_sizes(sizes: &[u64], pace_ms: u64, dir: &std::path::Path) {
         let name = format!("{name}_{}", std::process::id());
         let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     }
+}
+
+/// `--fetches [--budget R]`: 10,000 pending fetches across 100 accounts (what 200s left
+/// to do: 50 customers and 50 invoices each), drained by one `serve` whose reconcile
+/// never runs in the meantime; timed from its start until `pending_fetches` is empty,
+/// then every row is checked. `--budget` is each account's `requests_per_second`
+/// (default 1,000: no limit at this pace).
+fn fetches(pace_ms: u64, budget: f64, dir: &std::path::Path) {
+    const ACCOUNTS: u64 = 100;
+    let per_kind = 50u64;
+    let total = (ACCOUNTS * 2 * per_kind) as i64;
+    let sender = SenderProcess::start(pace_ms, 0);
+    let (url, cfg) = fresh_database(
+        dir,
+        &format!("wr_bench_fetches_{}", std::process::id()),
+        |u| {
+            config(u, &sender.base, true)
+                .replace("run_at_start = true", "run_at_start = false")
+                .replace(
+                    "requests_per_second = 1000",
+                    &format!("requests_per_second = {budget}"),
+                )
+        },
+    );
+    let mut c = PgConnection::establish(&url).unwrap();
+    c.batch_execute(&format!(
+        "INSERT INTO accounts (source, account) SELECT 'api', 'acct_' || lpad(g::text, 6, '0') FROM generate_series(1, {ACCOUNTS}) g; \
+         INSERT INTO pending_fetches (source, account, kind, id, reason) \
+         SELECT 'api', 'acct_' || lpad(a::text, 6, '0'), k, k || '_' || lpad(i::text, 7, '0'), 'fetching' \
+         FROM generate_series(1, {ACCOUNTS}) a, unnest(ARRAY['customer', 'invoice']) k, generate_series(0, {per_kind} - 1) i"
+    ))
+    .unwrap();
+    assert_eq!(
+        scalar(&mut c, "SELECT COUNT(*) AS n FROM pending_fetches"),
+        total
+    );
+    let before_machine = machine_busy();
+    let sender_before = process_usage(sender.child.id()).0;
+    let started = Instant::now();
+    let child = Replicas(vec![
+        Command::new(binary())
+            .arg("--config")
+            .arg(&cfg)
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while scalar(&mut c, "SELECT COUNT(*) AS n FROM pending_fetches") > 0 {
+        assert!(Instant::now() < deadline, "not drained within 30 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let (ours, rss) = process_usage(child.0[0].id());
+    let machine = machine_busy() - before_machine;
+    let sender_cpu = process_usage(sender.child.id()).0 - sender_before;
+    drop(child);
+    assert_eq!(
+        scalar(&mut c, "SELECT COUNT(*) AS n FROM resources"),
+        total,
+        "every fetched resource stored"
+    );
+    assert_eq!(
+        scalar(&mut c, "SELECT COUNT(*) AS n FROM changes"),
+        total,
+        "one change each"
+    );
+    let busiest = scalar(
+        &mut c,
+        "SELECT MAX(n)::bigint AS n FROM (SELECT COUNT(*) AS n FROM resources GROUP BY account) t",
+    );
+    println!(
+        "fetches: {total} pending across {ACCOUNTS} accounts (budget {budget}/s each, sender pace {pace_ms} ms), drained by one serve in {wall:.2} s = {:.0} fetches/s \
+         ({:.1} per account per s, {busiest} max per account); CPU per fetch: daemon {:.0} µs, database {:.0} µs (machine busy {machine:.1} s, sender {sender_cpu:.1} s); peak RSS {:.0} MiB; sender saw at most {} requests in flight",
+        total as f64 / wall,
+        total as f64 / wall / ACCOUNTS as f64,
+        ours / total as f64 * 1e6,
+        (machine - ours - sender_cpu).max(0.0) / total as f64 * 1e6,
+        rss as f64 / 1024.0,
+        sender.max_in_flight(),
+    );
+    let mut admin = PgConnection::establish(&format!("{}/postgres", pg_server())).unwrap();
+    let _ = admin.batch_execute(&format!(
+        "DROP DATABASE IF EXISTS wr_bench_fetches_{} WITH (FORCE)",
+        std::process::id()
+    ));
 }

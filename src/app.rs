@@ -165,6 +165,9 @@ impl Application {
         // What earlier 200s left to fetch (this process's or a dead one's) is taken
         // from the database at once.
         tracker.spawn(Fetcher::new(self.reconciler.clone()).run(cancel.clone()));
+        // Changes committed and never numbered (a process killed between its commit and
+        // its pass) are numbered at start and looked for every second.
+        tracker.spawn(self.owners.store.outbox().clone().run(cancel.clone()));
         tracker.spawn(prune_loop(
             self.owners.clone(),
             self.config.clone(),

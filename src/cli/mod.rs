@@ -376,13 +376,20 @@ async fn changes(
     follow: bool,
 ) -> anyhow::Result<()> {
     use std::io::Write;
-    let feed = crate::feed::Feed::new(open_migrated(config).await?);
+    let db = open_migrated(config).await?;
+    // Changes a killed process committed and never numbered are numbered first (with
+    // `serve` running, its sequencer does it within a second anyway).
+    let outbox = crate::feed::outbox::Outbox::new(db.clone());
+    let feed = crate::feed::Feed::new(db);
     let filter = crate::feed::Filter::default();
     let mut position = after;
     let mut left = limit.unwrap_or(i64::MAX);
     let stop = crate::shutdown::signal();
     tokio::pin!(stop);
     loop {
+        if let Err(e) = outbox.sequence_leftovers().await {
+            tracing::warn!(error = %e, "could not number pending changes; reading what is numbered");
+        }
         let asked = left.min(crate::feed::MAX_PAGE);
         let crate::feed::FeedPage {
             changes: page,

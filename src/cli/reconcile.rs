@@ -43,11 +43,12 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         super::open_migrated(&config).await?
     };
-    let reconciler = Reconciler::new(
-        Arc::new(config),
-        Store::new(db.clone()),
-        Bookkeeping::new(db),
-    )?;
+    let store = Store::new(db.clone());
+    if !args.dry_run {
+        // What a killed process committed and never numbered reaches the feed now.
+        store.outbox().sequence_leftovers().await?;
+    }
+    let reconciler = Reconciler::new(Arc::new(config), store, Bookkeeping::new(db))?;
     let selected: Vec<_> = reconciler
         .kinds(args.source.as_deref(), args.kind.as_deref())
         .into_iter()

@@ -1,9 +1,9 @@
 //! The change feed: what the application acts on. Every write that changes a resource
-//! appends one row to `changes` in its own transaction: a trigger fills
-//! `change_pending`, and `outbox::publish`, called by `store` last in the transaction,
-//! numbers the rows under a lock held to commit, so `seq` grows in visibility order.
+//! records one change in its own transaction (a trigger fills `change_pending`); the
+//! `outbox` numbers committed changes into `changes` so that `seq` grows in visibility
+//! order, gap-free, without a lock any writer holds through its commit.
 //! This module owns the feed's tables (`change_pending`, `changes`, `change_seq`,
-//! `consumer_positions`, `consumer_skips`): `outbox` publishes, wakes and vacuums,
+//! `consumer_positions`, `consumer_skips`): `outbox` publishes, numbers, wakes and vacuums,
 //! [`Feed`] reads for `GET /changes` and the `changes` command, advances positions and
 //! prunes, and `push` delivers to the configured consumers.
 //!

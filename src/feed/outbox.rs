@@ -1,45 +1,60 @@
-//! The change feed's outbox: the one place that publishes, wakes and vacuums.
+//! The change feed's outbox: the one place that publishes, numbers, wakes and vacuums.
 //!
-//! Every transaction that writes `resources` fills `change_pending` through a trigger;
-//! [`publish`] (called by `store`, last in that transaction) numbers those rows and
-//! moves them to `changes` under the lock of `change_seq`, held to commit, so `seq`
-//! grows in visibility order. After the commit the writer hands the [`Published`] it
-//! got to [`Outbox::wake`], which wakes the pushers when something was published.
+//! Every transaction that writes `resources` fills `change_pending` through a trigger,
+//! in that transaction: the change is as durable as the write. It gets its `seq` after
+//! the commit:
+//! - on PostgreSQL from the sequencer ([`Outbox::settle`]): a pass, in its own short
+//!   transaction under the lock of `change_seq`, numbers every committed pending change
+//!   (of any writer of any replica) and moves it to `changes`. A change still in an open
+//!   transaction is invisible to the pass and gets a higher seq from a later one, so
+//!   `seq` grows in visibility order, gap-free, each change once — and no writer waits
+//!   for another's commit. A writer awaits the first pass that began after its commit
+//!   (one pass serves every writer that committed before it began); what a killed
+//!   process left pending is numbered by the next pass of any process ([`Outbox::run`]).
+//! - on SQLite by [`publish`], last in the writing transaction (one writer at a time:
+//!   numbering there costs no other writer anything).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::sql;
 use crate::config::Backend;
-use crate::db::{Conn, Db};
+use crate::db::{Conn, Db, DbError};
 
-/// Whether a transaction published changes: the one condition for waking the feed's
-/// readers. Returned by [`publish`], consumed by [`Outbox::wake`] after the commit.
+/// Whether a transaction may have left changes for the feed: the one condition for a
+/// sequencer pass and for waking the feed's readers. Returned by [`publish`], consumed
+/// by [`Outbox::settle`] after the commit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[must_use = "hand it to Outbox::wake after the commit"]
+#[must_use = "hand it to Outbox::settle after the commit"]
 pub struct Published(bool);
 
 impl Published {
-    /// Whether anything was published.
+    /// Whether the transaction may have changed anything the feed carries.
     pub fn anything(self) -> bool {
         self.0
     }
 }
 
-/// Publishes this transaction's pending changes. `rows_written` is how many resource
-/// rows the transaction wrote: with none there is nothing pending, and no statement
-/// runs (and no lock is taken). Call it last in every transaction that writes
-/// `resources`.
+/// Call last in every transaction that writes `resources`. `rows_written` is how many
+/// resource rows the transaction wrote: with none there is nothing pending and no
+/// statement runs. On SQLite the pending changes are numbered here.
 pub fn publish(conn: &mut Conn, rows_written: usize) -> diesel::QueryResult<Published> {
     if rows_written == 0 {
         return Ok(Published(false));
     }
-    Ok(Published(sql::publish_changes(conn)? > 0))
+    match conn.backend() {
+        Backend::Sqlite => Ok(Published(sql::publish_changes(conn)? > 0)),
+        Backend::Postgres => Ok(Published(true)),
+    }
 }
 
-/// Blanks the states of one account's kept changes, in the caller's transaction (the
-/// account's data is erased; its tombstone changes are published as usual).
+/// Blanks the states of one account's kept changes, numbered or pending, in the
+/// caller's transaction (the account's data is erased; its tombstone changes are
+/// published as usual).
 pub fn erase_account_states(
     conn: &mut Conn,
     source: &str,
@@ -48,14 +63,30 @@ pub fn erase_account_states(
     sql::erase_account_states(conn, source, account)
 }
 
-/// Wakes the feed's readers after commits that published. Cheap to clone.
+/// Numbers committed changes and wakes the feed's readers. Cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {
     db: Db,
     published: Arc<Notify>,
+    sequencer: Arc<Sequencer>,
     /// When this process last vacuumed `change_pending`.
     vacuumed: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
+
+/// This process's passes: one at a time, each covering every request made before it
+/// began.
+#[derive(Default)]
+struct Sequencer {
+    /// Tickets handed out: one per settle, taken after its commit.
+    requested: AtomicU64,
+    /// Every ticket up to this one was covered by a pass that succeeded.
+    covered: AtomicU64,
+    running: tokio::sync::Mutex<()>,
+}
+
+/// How often `serve` looks for changes nobody numbered (a process killed between its
+/// commit and its pass; a pass that failed).
+const LEFTOVERS_EVERY: Duration = Duration::from_secs(1);
 
 /// At most one vacuum of `change_pending` per this interval and process: a many-account
 /// source ends thousands of small runs a minute, and a vacuum after each was most of the
@@ -67,24 +98,87 @@ impl Outbox {
         Self {
             db,
             published: Arc::new(Notify::new()),
+            sequencer: Arc::new(Sequencer::default()),
             vacuumed: Arc::new(std::sync::Mutex::new(None)),
         }
     }
 
-    /// Call after the commit of a transaction that called [`publish`].
-    pub fn wake(&self, published: Published) {
-        if published.0 {
+    /// Call after the commit of a transaction that called [`publish`]: on PostgreSQL,
+    /// returns once a pass that began after that commit has numbered its changes (so a
+    /// read after a write sees them); wakes the readers when changes were numbered. A
+    /// failed pass is logged, not returned: the write is committed, its changes are
+    /// kept in `change_pending`, and the next pass of any process numbers them.
+    pub async fn settle(&self, published: Published) {
+        if !published.0 {
+            return;
+        }
+        if self.db.backend() == Backend::Sqlite {
             self.published.notify_waiters();
+            return;
+        }
+        let ticket = self.sequencer.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Err(e) = self.pass(ticket).await {
+            tracing::warn!(error = %e, "could not number committed changes; they are kept and the next pass numbers them");
         }
     }
 
-    /// Woken (`notify_waiters`) after every commit that published changes.
+    /// Numbers what is pending now (PostgreSQL; nothing to do on SQLite): what a killed
+    /// process committed and never numbered. Returns how many changes were numbered.
+    pub async fn sequence_leftovers(&self) -> Result<i64, DbError> {
+        if self.db.backend() == Backend::Sqlite || !self.db.read(sql::anything_pending).await? {
+            return Ok(0);
+        }
+        let ticket = self.sequencer.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        self.pass(ticket).await
+    }
+
+    /// Under `serve`: numbers leftovers at start and every [`LEFTOVERS_EVERY`] until
+    /// `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(LEFTOVERS_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match self.sequence_leftovers().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(changes = n, "numbered changes left pending"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not number pending changes; retrying in a second")
+                }
+            }
+        }
+    }
+
+    /// The pass that covers `ticket`: this caller's, unless one that began after the
+    /// ticket was taken has already succeeded while the caller waited for its turn.
+    async fn pass(&self, ticket: u64) -> Result<i64, DbError> {
+        let _turn = self.sequencer.running.lock().await;
+        if self.sequencer.covered.load(Ordering::SeqCst) >= ticket {
+            return Ok(0);
+        }
+        // Every ticket taken so far was taken after its commit, and this pass's move
+        // begins after this load: it sees all of them.
+        let covers = self.sequencer.requested.load(Ordering::SeqCst);
+        let numbered = self.db.write(sql::sequence_pending).await?;
+        self.sequencer.covered.fetch_max(covers, Ordering::SeqCst);
+        metrics::counter!("feed_sequencer_passes_total").increment(1);
+        if numbered > 0 {
+            metrics::counter!("feed_changes_numbered_total").increment(numbered as u64);
+            self.published.notify_waiters();
+        }
+        Ok(numbered)
+    }
+
+    /// Woken (`notify_waiters`) after changes were numbered.
     pub fn published(&self) -> Arc<Notify> {
         self.published.clone()
     }
 
     /// On PostgreSQL, vacuums `change_pending` (and `change_seq`). Every row of the
-    /// first dies in the transaction that wrote it: without a vacuum the table only
+    /// first dies in the pass that numbers it: without a vacuum the table only
     /// grows (a 10M first sync left 4.2 GB of dead rows, and a server with autovacuum
     /// off, or one busy with large tables, never gets to it). Cheap when there is
     /// little to do; never waits for another vacuum of it (SKIP_LOCKED). A failure is

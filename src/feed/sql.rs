@@ -14,72 +14,88 @@ struct Count {
     n: i64,
 }
 
-/// Moves this transaction's pending changes into `changes`, numbered under the lock of
-/// `change_seq` (held until commit: see the migration). Call it last in every
-/// transaction that writes `resources`. Returns how many changes were published.
+/// SQLite: moves this transaction's pending changes into `changes`, numbered. SQLite
+/// has one writer at a time, so numbering in the writing transaction costs no other
+/// writer anything and every pending row is this transaction's. Returns how many.
 pub(crate) fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
-    match conn {
-        Conn::Postgres(c) => {
-            // One prepared statement, this transaction's rows only, found through the
-            // txid index (dead rows of earlier transactions are never scanned): the
-            // pending rows are moved, counted, numbered and inserted in one round trip,
-            // so the counter's lock is held for that statement and the commit only. The
-            // counter is updated only when there is something to number: a transaction
-            // that changed nothing takes no lock and does not wait for others.
-            // (Data-modifying CTEs always run to completion, whether or not the outer
-            // query reads them.)
-            let numbered: Option<Count> = prepared(query(
-                Backend::Postgres,
-                "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
-                 RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id), \
-                 counted AS (SELECT COUNT(*) AS n FROM moved), \
-                 numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
-                 WHERE counted.n > 0 RETURNING last, counted.n AS n), \
-                 inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
-                 SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
-                 m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id \
-                 FROM moved m CROSS JOIN numbered) \
-                 SELECT n FROM numbered",
-            ))
-            .get_result(c)
-            .optional()?;
-            let Some(Count { n }) = numbered else {
-                return Ok(0);
-            };
-            Ok(n)
-        }
-        // One writer at a time: every pending row is this transaction's.
-        Conn::Sqlite(c) => {
-            let b = Backend::Sqlite;
-            let n = prepared(query(b, "SELECT COUNT(*) AS n FROM change_pending"))
-                .get_result::<Count>(c)?
-                .n;
-            if n == 0 {
-                return Ok(0);
-            }
-            let last = prepared(
-                query(
-                    b,
-                    "UPDATE change_seq SET last = last + $1 RETURNING last AS n",
-                )
-                .bind::<BigInt, _>(n),
-            )
-            .get_result::<Count>(c)?
-            .n;
-            prepared(
-                query(
-                    b,
-                    "INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
-                     SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, account, kind, id, version, deleted, state, origin, event_id \
-                     FROM change_pending",
-                )
-                .bind::<BigInt, _>(last - n),
-            )
-            .execute(c)?;
-            prepared(query(b, "DELETE FROM change_pending")).execute(c)?;
-            Ok(n)
-        }
+    let Conn::Sqlite(c) = conn else {
+        return Ok(0);
+    };
+    let b = Backend::Sqlite;
+    let n = prepared(query(b, "SELECT COUNT(*) AS n FROM change_pending"))
+        .get_result::<Count>(c)?
+        .n;
+    if n == 0 {
+        return Ok(0);
     }
+    let last = prepared(
+        query(
+            b,
+            "UPDATE change_seq SET last = last + $1 RETURNING last AS n",
+        )
+        .bind::<BigInt, _>(n),
+    )
+    .get_result::<Count>(c)?
+    .n;
+    prepared(
+        query(
+            b,
+            "INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
+             SELECT $1 + ROW_NUMBER() OVER (ORDER BY pending_id), source, account, kind, id, version, deleted, state, origin, event_id \
+             FROM change_pending",
+        )
+        .bind::<BigInt, _>(last - n),
+    )
+    .execute(c)?;
+    prepared(query(b, "DELETE FROM change_pending")).execute(c)?;
+    Ok(n)
+}
+
+/// PostgreSQL: one pass of the sequencer, in its own transaction: every committed
+/// pending change, of any writer of any replica, numbered in `pending_id` order and
+/// moved to `changes`. Passes are serialised by the row lock of `change_seq`, taken
+/// first and held to commit; the move runs after it (read committed: a fresh snapshot),
+/// so it sees every change committed before this pass held the lock, and a pass that
+/// holds it later gets higher seqs and commits later. Writers never take this lock.
+/// Returns how many changes were numbered.
+pub(crate) fn sequence_pending(conn: &mut Conn) -> diesel::QueryResult<i64> {
+    let Conn::Postgres(c) = conn else {
+        return Ok(0);
+    };
+    let b = Backend::Postgres;
+    prepared(query(b, "SELECT last AS n FROM change_seq FOR UPDATE")).get_result::<Count>(c)?;
+    // One round trip: moved, counted, numbered and inserted (data-modifying CTEs always
+    // run to completion, whether or not the outer query reads them). The counter is
+    // updated only when there is something to number.
+    let numbered: Option<Count> = prepared(query(
+        b,
+        "WITH moved AS (DELETE FROM change_pending \
+         RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
+         counted AS (SELECT COUNT(*) AS n FROM moved), \
+         numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
+         WHERE counted.n > 0 RETURNING last, counted.n AS n), \
+         inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) \
+         SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
+         m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
+         FROM moved m CROSS JOIN numbered) \
+         SELECT n FROM numbered",
+    ))
+    .get_result(c)
+    .optional()?;
+    Ok(numbered.map_or(0, |c| c.n))
+}
+
+/// PostgreSQL: whether any change waits for the sequencer (committed, or in a
+/// transaction still open). Takes no lock.
+pub(crate) fn anything_pending(conn: &mut Conn) -> diesel::QueryResult<bool> {
+    let Conn::Postgres(c) = conn else {
+        return Ok(false);
+    };
+    let q = prepared(query(
+        Backend::Postgres,
+        "SELECT COUNT(*) AS n FROM (SELECT 1 FROM change_pending LIMIT 1) p",
+    ));
+    Ok(q.get_result::<Count>(c)?.n > 0)
 }
 
 /// `VACUUM (SKIP_LOCKED)` of `change_pending` and of `change_seq` (one row, which every
@@ -471,9 +487,24 @@ pub(crate) fn erase_account_states(
     source: &str,
     account: &str,
 ) -> diesel::QueryResult<usize> {
-    let q = query(
-        conn.backend(),
-        "UPDATE changes SET state = NULL WHERE source = $1 AND account = $2 AND state IS NOT NULL",
-    );
-    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+    let b = conn.backend();
+    if b == Backend::Postgres {
+        // No pass may move a change of the account while its states are blanked: one
+        // that moved a pending row after the first statement's snapshot would keep its
+        // state in `changes`.
+        let q = query(b, "SELECT last AS n FROM change_seq FOR UPDATE");
+        on_conn!(conn, c => q.get_result::<Count>(c))?;
+    }
+    let mut blanked = 0;
+    for table in ["changes", "change_pending"] {
+        let q = query(
+            b,
+            &format!(
+                "UPDATE {table} SET state = NULL WHERE source = $1 AND account = $2 AND state IS NOT NULL"
+            ),
+        );
+        blanked +=
+            on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))?;
+    }
+    Ok(blanked)
 }

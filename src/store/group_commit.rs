@@ -45,7 +45,7 @@ pub(super) struct GroupCommit {
 
 impl GroupCommit {
     /// Starts `writers` writer tasks; they stop when the last handle is dropped.
-    /// `outbox` is woken after every commit that published changes.
+    /// `outbox` numbers each commit's changes before its deliveries are answered.
     pub fn start(db: Db, writers: usize, outbox: Outbox) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let rx = Arc::new(Mutex::new(rx));
@@ -136,13 +136,18 @@ async fn commit(db: &Db, round: Round, outbox: &Outbox) {
     let input = deliveries.clone();
     match db.write(move |conn| apply_deliveries(conn, &input)).await {
         Ok((outcomes, published)) => {
-            outbox.wake(published);
-            for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                let _ = job.reply.send(Ok(outcome));
-            }
-            for copy in copies {
-                let _ = copy.reply.send(Ok(Outcome::Duplicate));
-            }
+            // The deliveries are answered once their changes are numbered (a 200 means
+            // the change is in the feed), while this writer goes on to the next group.
+            let outbox = outbox.clone();
+            tokio::spawn(async move {
+                outbox.settle(published).await;
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    let _ = job.reply.send(Ok(outcome));
+                }
+                for copy in copies {
+                    let _ = copy.reply.send(Ok(Outcome::Duplicate));
+                }
+            });
         }
         Err(e) if jobs.len() + copies.len() > 1 && !e.is_unavailable() => {
             tracing::warn!(error = %e, deliveries = jobs.len() + copies.len(), "group transaction failed; retrying its deliveries one by one");

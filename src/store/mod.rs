@@ -120,8 +120,8 @@ impl Store {
         &self.outbox
     }
 
-    /// Runs a write that may change resources; the changes it made are published in
-    /// its transaction, last (see `feed::outbox`).
+    /// Runs a write that may change resources; the changes it made are recorded in its
+    /// transaction and numbered in the feed when this returns (see `feed::outbox`).
     async fn write_changes<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
@@ -135,7 +135,7 @@ impl Store {
                 Ok((value, published))
             })
             .await?;
-        self.outbox.wake(published);
+        self.outbox.settle(published).await;
         Ok(value)
     }
 
@@ -487,7 +487,7 @@ impl Store {
                 Ok((rows, published))
             })
             .await?;
-        self.outbox.wake(published);
+        self.outbox.settle(published).await;
         Ok(rows)
     }
 }

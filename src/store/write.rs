@@ -112,8 +112,8 @@ pub(super) fn apply_deliveries(
         .collect();
     fetches.sort_by(|a, b| a.key.cmp(&b.key));
     sql::fetches::request(conn, &fetches)?;
-    // Last in the transaction: the change feed's seqs are handed out at the end. A
-    // group of duplicates and stale events wrote no row and has nothing to publish.
+    // Last in the transaction (on SQLite the feed's seqs are handed out here). A group of
+    // duplicates and stale events wrote no row and has nothing to publish.
     let published = outbox::publish(conn, upserted.len())?;
     Ok((outcomes, published))
 }

@@ -25,7 +25,7 @@ use crate::reconcile::{order_fields, reconcile_config, reconciler_for, run, sim_
 
 both_backends!(
     every_write_that_changes_a_resource_appends_one_change_and_no_op_none,
-    a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_seq,
+    a_transaction_held_open_never_lets_a_reader_skip_its_change,
     concurrent_writers_never_let_a_reader_skip_a_seq,
     a_consumer_that_fails_for_a_while_gets_every_change_in_per_resource_order,
     two_replicas_push_each_change_once_through_one_pusher,
@@ -216,14 +216,14 @@ fn hold_open_write(db: &TestDb) -> webhook_reconciler::db::Conn {
     conn
 }
 
-async fn a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_seq(b: Backend) {
+async fn a_transaction_held_open_never_lets_a_reader_skip_its_change(b: Backend) {
     use diesel::connection::SimpleConnection;
     let db = TestDb::new(b);
     let store = store_on(&db).await;
     let feed = feed_on(&db).await;
     let mut held = hold_open_write(&db);
     // Five more writers commit meanwhile, or try to.
-    let writers: Vec<_> = (0..5)
+    let mut writers: Vec<_> = (0..5)
         .map(|i| {
             let store = store.clone();
             tokio::spawn(async move {
@@ -236,24 +236,38 @@ async fn a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_se
             })
         })
         .collect();
-    // While the first transaction is open, a reader sees no change at all: none of the
-    // later writers could publish a seq above the held one's.
-    let saw_any = eventually(Duration::from_millis(800), || async {
-        !feed
-            .after(0, 100, &Filter::default())
-            .await
-            .unwrap()
-            .is_empty()
-    })
-    .await;
-    assert!(
-        !saw_any,
-        "a reader saw a change while a lower seq was still in flight"
-    );
-    assert!(
-        writers.iter().all(|w| !w.is_finished()),
-        "the later writers wait"
-    );
+    let read_all = || async { feed.after(0, 100, &Filter::default()).await.unwrap() };
+    match b {
+        // No writer waits for another's commit: the five commit and are numbered
+        // while the first transaction is open; its change is not among them.
+        Backend::Postgres => {
+            for w in writers.drain(..) {
+                assert_eq!(w.await.unwrap(), Outcome::Applied);
+            }
+            let seen = read_all().await;
+            assert_eq!(
+                seen.iter().map(|c| c.seq).collect::<Vec<_>>(),
+                vec![1, 2, 3, 4, 5],
+                "the committed writers' changes, numbered while the other was open"
+            );
+            assert!(seen.iter().all(|c| c.id != "held"));
+        }
+        // One writer at a time: the later writers wait, and a reader sees nothing.
+        Backend::Sqlite => {
+            let saw_any = eventually(Duration::from_millis(800), || async {
+                !read_all().await.is_empty()
+            })
+            .await;
+            assert!(
+                !saw_any,
+                "a reader saw a change while a lower seq was still in flight"
+            );
+            assert!(
+                writers.iter().all(|w| !w.is_finished()),
+                "the later writers wait"
+            );
+        }
+    }
     match &mut held {
         webhook_reconciler::db::Conn::Postgres(c) => c.batch_execute("COMMIT").unwrap(),
         webhook_reconciler::db::Conn::Sqlite(c) => c.batch_execute("COMMIT").unwrap(),
@@ -261,14 +275,22 @@ async fn a_transaction_held_open_keeps_later_writers_from_publishing_a_higher_se
     for w in writers {
         assert_eq!(w.await.unwrap(), Outcome::Applied);
     }
-    let all = feed.after(0, 100, &Filter::default()).await.unwrap();
+    // The held transaction committed outside the store, as a process killed before its
+    // pass would: the next pass numbers its change (serve runs one every second).
+    store.outbox().sequence_leftovers().await.unwrap();
+    let all = read_all().await;
     assert_eq!(all.len(), 6);
+    let held_at = all.iter().find(|c| c.id == "held").unwrap().seq;
     assert_eq!(
-        (all[0].seq, all[0].id.as_str()),
-        (1, "held"),
-        "the held transaction's seq came first"
+        held_at,
+        match b {
+            Backend::Postgres => 6,
+            Backend::Sqlite => 1,
+        },
+        "numbered in visibility order: after what a reader had already seen"
     );
     assert!(all.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    assert_eq!(db.count("change_pending"), 0);
 }
 
 async fn concurrent_writers_never_let_a_reader_skip_a_seq(b: Backend) {
@@ -603,7 +625,7 @@ async fn a_reconcile_that_repairs_a_lost_webhook_reaches_the_consumer(b: Backend
     server.abort();
 }
 
-/// Every row of change_pending dies in the transaction that wrote it. On a server whose
+/// Every row of change_pending dies in the pass that numbers it. On a server whose
 /// autovacuum is off or busy, only the daemon's own vacuum keeps the table from growing
 /// by every change ever made (4.2 GB after a 10M first sync) and the planner's costs of
 /// the publish with it; product connections also run without JIT, which those costs
@@ -737,4 +759,41 @@ async fn a_new_consumer_gets_the_retained_history_unless_it_starts_now(b: Backen
         ids.sort();
         assert_eq!(ids, expected, "start: {start:?}");
     }
+}
+
+/// A process killed between its commit and its sequencer pass leaves committed changes
+/// in `change_pending` (written here by SQL outside any process, which is what such a
+/// process leaves): the next `serve` numbers them at start, gap-free, without a write of
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_changes_a_killed_process_left_pending_are_numbered_by_the_next_serve() {
+    let db = TestDb::new(Backend::Postgres);
+    let url = db.url.clone();
+    let feed = feed_on(&db).await;
+    db.execute(
+        "INSERT INTO resources (source, kind, id, version, state, deleted, origin) \
+         VALUES ('shop', 'order', 'left1', 1, '{\"status\":\"paid\"}', false, 'webhook'), \
+                ('shop', 'order', 'left2', 1, '{\"status\":\"paid\"}', false, 'webhook')",
+    );
+    assert_eq!(db.count("change_pending"), 2);
+    assert!(
+        feed.after(0, 10, &Filter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let app = spawn_app_with(db, &config_toml(&url, "")).await;
+    let numbered = eventually(Duration::from_secs(5), || async {
+        feed.after(0, 10, &Filter::default()).await.unwrap().len() == 2
+    })
+    .await;
+    assert!(numbered, "serve did not number the changes left pending");
+    let all = feed.after(0, 10, &Filter::default()).await.unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|c| (c.seq, c.id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "left1"), (2, "left2")]
+    );
+    assert_eq!(app.db.count("change_pending"), 0);
 }

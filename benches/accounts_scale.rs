@@ -17,8 +17,13 @@
 //! finish, which one account's pages do not pay — the database's size, and each
 //! replica's peak RSS (VmHWM).
 //!
+//! `--one-shot`: `reconcile --source api` (the shipped timer's command) over N accounts
+//! against the same items in one account. `--fetches [--budget R]`: 10,000 pending
+//! fetches across 100 accounts drained by one `serve` (see `fetches`).
+//!
 //!   scripts/ensure-postgres.sh && cargo bench --bench accounts_scale
 //!   cargo bench --bench accounts_scale -- --sizes 100,1000 --pace-ms 3
+//!   cargo bench --bench accounts_scale -- --fetches [--budget 5]
 //!
 //! PostgreSQL server: $WR_TEST_PG (default postgres://postgres@127.0.0.1:5432).
 #![expect(clippy::unwrap_used, reason = "a benchmark harness, not the daemon")]

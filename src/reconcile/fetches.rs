@@ -20,7 +20,9 @@ use super::resolve::{FetchError, Judged, NEXT_SECOND};
 use crate::store::TakenFetch;
 
 /// Fetches in flight in one process (each account has at most one).
-const SLOTS: usize = 32;
+const SLOTS: usize = 256;
+/// A finished fetch refills the slots once no more than this many are in flight.
+const REFILL_BELOW: usize = SLOTS / 2;
 /// How often a process looks for due fetches without being woken (another replica's
 /// deliveries, retries coming due).
 const POLL: Duration = Duration::from_millis(500);
@@ -52,13 +54,21 @@ impl Fetcher {
         self.release_gone_holders().await;
         let due = self.reconciler.store.fetches_due();
         let mut running = JoinSet::new();
+        let mut take = true;
         while !cancel.is_cancelled() {
-            self.take_into(&mut running, None).await;
+            if take {
+                self.take_into(&mut running, None).await;
+            }
             tokio::select! {
                 () = cancel.cancelled() => break,
-                () = due.notified() => {}
-                () = tokio::time::sleep(POLL) => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
+                () = due.notified() => take = true,
+                () = tokio::time::sleep(POLL) => take = true,
+                Some(_) = running.join_next(), if !running.is_empty() => {
+                    // Slots are refilled a batch at a time: a take reads every account's
+                    // next turn, so one per finished fetch would cost that read per fetch.
+                    while running.try_join_next().is_some() {}
+                    take = running.len() <= REFILL_BELOW;
+                }
             }
         }
         running.abort_all();

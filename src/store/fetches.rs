@@ -6,11 +6,14 @@
 
 use std::time::Duration;
 
+use tokio::sync::{mpsc, oneshot};
+
 use super::sql::fetches::{self, FetchRequest};
 use super::{Store, sql};
 use crate::change::tie::Guard;
 use crate::change::{Change, Origin, ResourceKey};
-use crate::db::DbError;
+use crate::db::{Conn, Db, DbError};
+use crate::feed::outbox::{self, Outbox};
 
 pub use super::sql::fetches::{FetchCount, FetchReason, FetchRow, TakenFetch};
 
@@ -81,30 +84,26 @@ impl Store {
     /// Writes what a fetch brought (none: the sender has nothing newer, or not the
     /// resource) through the guarded write, naming the delivery that asked, and ends
     /// the pending fetch in the same transaction. Returns whether a row was written.
+    /// Fetches finishing together share one transaction (see [`FetchedWrites`]).
     pub async fn apply_fetched(
         &self,
         fetch: TakenFetch,
         change: Option<Change>,
         guard: Guard,
     ) -> Result<bool, DbError> {
-        let written = self
-            .write_changes(move |conn| {
-                let origin = if fetch.event_id.is_some() {
-                    Origin::Webhook
-                } else {
-                    Origin::Reconcile
-                };
-                let written = match &change {
-                    Some(c) => {
-                        sql::upsert_many(conn, &[(c, fetch.event_id.as_deref())], origin, guard)?
-                    }
-                    None => Vec::new(),
-                };
-                fetches::finish(conn, &fetch)?;
-                Ok(written)
-            })
-            .await?;
-        Ok(!written.is_empty())
+        let (reply, answer) = oneshot::channel();
+        let job = FetchedJob {
+            fetch,
+            change,
+            guard,
+            reply,
+        };
+        if self.fetched.tx.send(job).await.is_err() {
+            return Err(DbError::Task("the fetched-writes task stopped".into()));
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(DbError::Task("the fetched-writes task stopped".into())))
     }
 
     /// A fetch failed: due again after `delay`, or, with `give_up`, kept as failed.
@@ -143,4 +142,125 @@ impl Store {
         let key = key.clone();
         self.db.read(move |c| fetches::of_resource(c, &key)).await
     }
+}
+
+/// The most finished fetches one transaction writes.
+const MAX_GROUP: usize = 64;
+
+/// Writes what finished fetches brought: those that finish while a transaction runs
+/// share the next one (each its guarded write and the end of its pending fetch), so a
+/// drain of thousands of fetches pays a commit per group, not per fetch. One writer
+/// task; it stops when the last handle is dropped.
+#[derive(Clone)]
+pub(super) struct FetchedWrites {
+    tx: mpsc::Sender<FetchedJob>,
+}
+
+struct FetchedJob {
+    fetch: TakenFetch,
+    change: Option<Change>,
+    guard: Guard,
+    reply: oneshot::Sender<Result<bool, DbError>>,
+}
+
+impl FetchedWrites {
+    pub(super) fn start(db: Db, outbox: Outbox) -> Self {
+        let (tx, mut rx) = mpsc::channel::<FetchedJob>(4 * MAX_GROUP);
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut jobs = vec![first];
+                while jobs.len() < MAX_GROUP {
+                    match rx.try_recv() {
+                        Ok(job) => jobs.push(job),
+                        Err(_) => break,
+                    }
+                }
+                write_group(&db, &outbox, jobs).await;
+            }
+        });
+        Self { tx }
+    }
+}
+
+/// One transaction for the group; when it fails for a reason other than the database
+/// being unavailable, each fetch is written alone, so one bad item fails only itself.
+async fn write_group(db: &Db, outbox: &Outbox, mut jobs: Vec<FetchedJob>) {
+    // Rows locked in key order, as every writer does: no deadlock with another.
+    jobs.sort_by(|a, b| a.fetch.key().cmp(&b.fetch.key()));
+    let inputs: Vec<(TakenFetch, Option<Change>, Guard)> = jobs
+        .iter()
+        .map(|j| (j.fetch.clone(), j.change.clone(), j.guard))
+        .collect();
+    let result = db
+        .write(move |conn| {
+            let written = write_fetched(conn, &inputs)?;
+            let rows = written.iter().filter(|w| **w).count();
+            let published = outbox::publish(conn, rows)?;
+            Ok((written, published))
+        })
+        .await;
+    match result {
+        Ok((written, published)) => {
+            outbox.settle(published).await;
+            for (job, w) in jobs.into_iter().zip(written) {
+                let _ = job.reply.send(Ok(w));
+            }
+        }
+        Err(e) if jobs.len() > 1 && !e.is_unavailable() => {
+            tracing::warn!(error = %e, fetches = jobs.len(), "a group of fetched writes failed; writing them one by one");
+            for job in jobs {
+                Box::pin(write_group(db, outbox, vec![job])).await;
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let unavailable = e.is_unavailable();
+            let mut first = Some(e);
+            for job in jobs {
+                let err = first.take().unwrap_or_else(|| {
+                    if unavailable {
+                        DbError::Unavailable(message.clone())
+                    } else {
+                        DbError::Task(message.clone())
+                    }
+                });
+                let _ = job.reply.send(Err(err));
+            }
+        }
+    }
+}
+
+/// The fetches' writes (none for a fetch whose sender has nothing newer) and the end of
+/// their pending fetches, in the caller's transaction: one upsert per guard and origin
+/// (rows in key order, as given). Returns, per fetch, whether a row was written.
+fn write_fetched(
+    conn: &mut Conn,
+    fetched: &[(TakenFetch, Option<Change>, Guard)],
+) -> diesel::QueryResult<Vec<bool>> {
+    let origin_of = |f: &TakenFetch| {
+        if f.event_id.is_some() {
+            Origin::Webhook
+        } else {
+            Origin::Reconcile
+        }
+    };
+    let mut written = std::collections::HashSet::new();
+    for guard in [Guard::NewerOnly, Guard::NewerOrDifferent] {
+        for origin in [Origin::Webhook, Origin::Reconcile] {
+            let rows: Vec<(&Change, Option<&str>)> = fetched
+                .iter()
+                .filter(|(f, _, g)| *g == guard && origin_of(f) == origin)
+                .filter_map(|(f, c, _)| c.as_ref().map(|c| (c, f.event_id.as_deref())))
+                .collect();
+            written.extend(sql::upsert_many(conn, &rows, origin, guard)?);
+        }
+    }
+    fetched
+        .iter()
+        .map(|(f, c, _)| {
+            fetches::finish(conn, f)?;
+            Ok(c.as_ref()
+                .is_some_and(|c| written.contains(&c.key().to_owned())))
+        })
+        .collect()
 }

@@ -86,6 +86,8 @@ pub struct Store {
     commits: GroupCommit,
     /// Publishes each write's changes to the feed and wakes its readers.
     outbox: Outbox,
+    /// Writes what finished fetches brought, in groups.
+    fetched: fetches::FetchedWrites,
     /// Woken after a commit that recorded pending fetches (this process's fetcher;
     /// other replicas poll).
     fetches_due: Arc<tokio::sync::Notify>,
@@ -106,9 +108,11 @@ impl Store {
         };
         let outbox = Outbox::new(db.clone());
         let commits = GroupCommit::start(db.clone(), writers, outbox.clone());
+        let fetched = fetches::FetchedWrites::start(db.clone(), outbox.clone());
         Self {
             db,
             commits,
+            fetched,
             outbox,
             fetches_due: Arc::new(tokio::sync::Notify::new()),
         }

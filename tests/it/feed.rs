@@ -797,3 +797,34 @@ async fn on_postgres_changes_a_killed_process_left_pending_are_numbered_by_the_n
     );
     assert_eq!(app.db.count("change_pending"), 0);
 }
+
+/// An account erased while a change of it waits to be numbered (committed by a process
+/// killed before its pass): the change reaches the feed without its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_an_erased_account_leaves_no_state_in_changes_still_waiting_for_a_seq() {
+    let db = TestDb::new(Backend::Postgres);
+    let store = store_on(&db).await;
+    db.execute(
+        "INSERT INTO resources (source, account, kind, id, version, state, deleted, origin) \
+         VALUES ('shop', 'acct_x', 'order', 'o1', 1, '{\"email\":\"x@example.com\"}', false, 'webhook'), \
+                ('shop', 'acct_y', 'order', 'o1', 1, '{\"email\":\"y@example.com\"}', false, 'webhook')",
+    );
+    assert_eq!(db.count("change_pending WHERE state IS NOT NULL"), 2);
+    assert_eq!(store.purge_account("shop", "acct_x").await.unwrap(), 1);
+    assert_eq!(db.count("change_pending"), 0, "all numbered");
+    assert_eq!(
+        db.count("changes WHERE account = 'acct_x'"),
+        2,
+        "the waiting change and the erasure's tombstone"
+    );
+    assert_eq!(
+        db.count("changes WHERE account = 'acct_x' AND state IS NOT NULL"),
+        0
+    );
+    assert_eq!(
+        db.count("changes WHERE account = 'acct_y' AND state IS NOT NULL"),
+        1,
+        "another account's change keeps its state"
+    );
+    assert_eq!(db.scalar("SELECT MAX(seq) AS n FROM changes"), 3);
+}

@@ -1,0 +1,1 @@
+DROP INDEX pending_fetches_turn_idx;

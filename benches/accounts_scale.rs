@@ -485,7 +485,7 @@ fn main() {
             REPLICAS,
             &sender,
             &format!(
-                "SELECT CASE WHEN COUNT(*) = {kinds} THEN 1 ELSE 0 END::bigint AS n FROM reconcile_due WHERE status = 'succeeded'"
+                "SELECT CASE WHEN COUNT(*) = {kinds} THEN 1 ELSE 0 END::bigint AS n FROM reconcile_due WHERE status = 'succeeded' AND account <> ''"
             ),
             rows,
         );

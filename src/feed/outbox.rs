@@ -82,6 +82,8 @@ struct Sequencer {
     /// Every ticket up to this one was covered by a pass that succeeded.
     covered: AtomicU64,
     running: tokio::sync::Mutex<()>,
+    /// A pass numbered changes since the last vacuum of `change_pending`.
+    numbered_since_vacuum: std::sync::atomic::AtomicBool,
 }
 
 /// How often `serve` looks for changes nobody numbered (a process killed between its
@@ -142,6 +144,15 @@ impl Outbox {
                 () = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
+            // The passes leave a dead row per change: vacuumed here too (at most every
+            // VACUUM_EVERY), not only after reconcile runs, which may last hours.
+            if self
+                .sequencer
+                .numbered_since_vacuum
+                .swap(false, Ordering::SeqCst)
+            {
+                self.vacuum().await;
+            }
             match self.sequence_leftovers().await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(changes = n, "numbered changes left pending"),
@@ -166,6 +177,9 @@ impl Outbox {
         self.sequencer.covered.fetch_max(covers, Ordering::SeqCst);
         metrics::counter!("feed_sequencer_passes_total").increment(1);
         if numbered > 0 {
+            self.sequencer
+                .numbered_since_vacuum
+                .store(true, Ordering::SeqCst);
             metrics::counter!("feed_changes_numbered_total").increment(numbered as u64);
             self.published.notify_waiters();
         }

@@ -67,9 +67,31 @@ pub(crate) fn sequence_pending(conn: &mut Conn) -> diesel::QueryResult<i64> {
     // One round trip: moved, counted, numbered and inserted (data-modifying CTEs always
     // run to completion, whether or not the outer query reads them). The counter is
     // updated only when there is something to number.
+    //
+    // The rows are found through the primary key, lowest first, a bounded batch at a
+    // time: every numbered row dies here, and until a vacuum reaches them a sequential
+    // scan would read every dead row of every earlier pass (a 1M-item first sync in one
+    // account took 4.8× as long that way: benches/accounts_scale); index entries of dead rows are marked dead once seen, so the
+    // index walk stays short. Lowest first keeps one resource's changes in order.
+    let mut total = 0;
+    loop {
+        let numbered = move_batch(c)?;
+        total += numbered;
+        if numbered < SEQUENCE_BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+/// The most pending changes one statement of a pass numbers.
+const SEQUENCE_BATCH: i64 = 50_000;
+
+fn move_batch(c: &mut diesel::PgConnection) -> diesel::QueryResult<i64> {
+    let b = Backend::Postgres;
     let numbered: Option<Count> = prepared(query(
         b,
         "WITH moved AS (DELETE FROM change_pending \
+         WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT $1)) \
          RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
          counted AS (SELECT COUNT(*) AS n FROM moved), \
          numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
@@ -79,7 +101,8 @@ pub(crate) fn sequence_pending(conn: &mut Conn) -> diesel::QueryResult<i64> {
          m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
          FROM moved m CROSS JOIN numbered) \
          SELECT n FROM numbered",
-    ))
+    )
+    .bind::<BigInt, _>(SEQUENCE_BATCH))
     .get_result(c)
     .optional()?;
     Ok(numbered.map_or(0, |c| c.n))

@@ -582,3 +582,68 @@ async fn fetches_pending_at_kill_9_are_done_after_the_restart_on_postgres() {
 async fn fetches_pending_at_kill_9_are_done_after_the_restart_on_sqlite() {
     fetches_survive_the_process(Backend::Sqlite, "KILL").await;
 }
+
+/// Fetches finishing together share one transaction; one whose state the database
+/// refuses (PostgreSQL's jsonb refuses `\u0000`) fails alone and stays pending, and the
+/// others are written, each with its change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_a_fetched_state_the_database_refuses_fails_alone_in_its_group() {
+    use webhook_reconciler::change::{Change, ResourceKey};
+    use webhook_reconciler::config::Action;
+    use webhook_reconciler::store::{FetchReason, Guard};
+    let db = TestDb::new(Backend::Postgres);
+    let store = crate::helpers::store_on(&db).await;
+    let keys: Vec<ResourceKey> = (0..8)
+        .map(|i| ResourceKey::new("shop", &format!("acct_{i}"), "order", "o1").to_owned())
+        .collect();
+    store
+        .request_fetches(keys, FetchReason::Fetching)
+        .await
+        .unwrap();
+    let taken = store
+        .take_fetches("test-holder", 100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 8, "one per account");
+    let writes: Vec<_> = taken
+        .into_iter()
+        .map(|f| {
+            let store = store.clone();
+            let bad = f.account == "acct_3";
+            let state = if bad {
+                r#"{"note":"\u0000"}"#.to_string()
+            } else {
+                json!({"note": "fine"}).to_string()
+            };
+            let change = Change {
+                source: f.source.clone(),
+                account: f.account.clone(),
+                kind: f.kind.clone(),
+                id: f.id.clone(),
+                version: 1,
+                state: Some(state),
+                action: Action::Upsert,
+            };
+            tokio::spawn(async move {
+                let written = store
+                    .apply_fetched(f, Some(change), Guard::NewerOrDifferent)
+                    .await;
+                (bad, written)
+            })
+        })
+        .collect();
+    for w in writes {
+        match w.await.unwrap() {
+            (true, written) => assert!(written.is_err(), "{written:?}"),
+            (false, written) => assert!(written.unwrap(), "written"),
+        }
+    }
+    assert_eq!(db.count("resources"), 7);
+    assert_eq!(db.count("changes"), 7);
+    assert_eq!(
+        db.count("pending_fetches WHERE account = 'acct_3'"),
+        1,
+        "the refused fetch is kept"
+    );
+    assert_eq!(db.count("pending_fetches"), 1);
+}

@@ -174,6 +174,24 @@ const DATA_MESSAGES: &[&str] = &[
 ];
 
 impl DbError {
+    /// The error for each of `n` callers whose shared transaction failed: the first gets
+    /// this one, the others its message (as `Unavailable` when it is that, else `Task`).
+    pub fn shared(self, n: usize) -> Vec<DbError> {
+        let message = self.to_string();
+        let unavailable = self.is_unavailable();
+        let mut errors = Vec::with_capacity(n);
+        errors.push(self);
+        errors.extend((1..n).map(|_| {
+            if unavailable {
+                DbError::Unavailable(message.clone())
+            } else {
+                DbError::Task(message.clone())
+            }
+        }));
+        errors.truncate(n);
+        errors
+    }
+
     /// True when the database itself is out of reach (as opposed to one statement
     /// failing): retrying the same work elsewhere in this process would fail too.
     pub fn is_unavailable(&self) -> bool {

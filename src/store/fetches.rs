@@ -213,17 +213,8 @@ async fn write_group(db: &Db, outbox: &Outbox, mut jobs: Vec<FetchedJob>) {
             }
         }
         Err(e) => {
-            let message = e.to_string();
-            let unavailable = e.is_unavailable();
-            let mut first = Some(e);
-            for job in jobs {
-                let err = first.take().unwrap_or_else(|| {
-                    if unavailable {
-                        DbError::Unavailable(message.clone())
-                    } else {
-                        DbError::Task(message.clone())
-                    }
-                });
+            let errors = e.shared(jobs.len());
+            for (job, err) in jobs.into_iter().zip(errors) {
                 let _ = job.reply.send(Err(err));
             }
         }

@@ -160,17 +160,8 @@ async fn commit(db: &Db, round: Round, outbox: &Outbox) {
             }
         }
         Err(e) => {
-            let message = e.to_string();
-            let unavailable = e.is_unavailable();
-            let mut first = Some(e);
-            for job in jobs.into_iter().chain(copies) {
-                let err = first.take().unwrap_or_else(|| {
-                    if unavailable {
-                        DbError::Unavailable(message.clone())
-                    } else {
-                        DbError::Task(message.clone())
-                    }
-                });
+            let errors = e.shared(jobs.len() + copies.len());
+            for (job, err) in jobs.into_iter().chain(copies).zip(errors) {
                 let _ = job.reply.send(Err(err));
             }
         }

@@ -134,7 +134,7 @@ impl Outbox {
         self.pass(ticket).await
     }
 
-    /// Under `serve`: numbers leftovers at start and every [`LEFTOVERS_EVERY`] until
+    /// Under `serve`: numbers leftovers at start and every `LEFTOVERS_EVERY` until
     /// `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(LEFTOVERS_EVERY);

@@ -84,7 +84,7 @@ impl Store {
     /// Writes what a fetch brought (none: the sender has nothing newer, or not the
     /// resource) through the guarded write, naming the delivery that asked, and ends
     /// the pending fetch in the same transaction. Returns whether a row was written.
-    /// Fetches finishing together share one transaction (see [`FetchedWrites`]).
+    /// Fetches finishing together share one transaction (see `FetchedWrites`).
     pub async fn apply_fetched(
         &self,
         fetch: TakenFetch,

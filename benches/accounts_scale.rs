@@ -68,6 +68,24 @@ fn item(account: &str, kind: &str, i: u64) -> serde_json::Value {
     })
 }
 
+/// The sender's requests waiting now, and the most ever (`GET /stats`).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static MAX_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits the sender's pace, counted in flight; returns the account `X-Account` names
+/// (`""`: the single big account).
+async fn answer_after(pace_ms: u64, headers: &HeaderMap) -> String {
+    let now = IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1;
+    MAX_IN_FLIGHT.fetch_max(now, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(pace_ms)).await;
+    IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+    headers
+        .get("X-Account")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// The sender: `GET /v1/{kind}?limit=L&starting_after=ID`, the account in `X-Account`
 /// (absent: the single big account, which holds `single_total` items per kind).
 fn serve_sender(pace_ms: u64, single_total: u64) {
@@ -76,9 +94,6 @@ fn serve_sender(pace_ms: u64, single_total: u64) {
         .enable_all()
         .build()
         .unwrap();
-    // Requests waiting now, and the most ever (`GET /stats`).
-    static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-    static MAX_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
     rt.block_on(async move {
         let app = axum::Router::new()
             .route(
@@ -91,15 +106,7 @@ fn serve_sender(pace_ms: u64, single_total: u64) {
                     move |axum::extract::Path(kind): axum::extract::Path<String>,
                           Query(q): Query<std::collections::HashMap<String, String>>,
                           headers: HeaderMap| async move {
-                        let now = IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1;
-                        MAX_IN_FLIGHT.fetch_max(now, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(pace_ms)).await;
-                        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
-                        let account = headers
-                            .get("X-Account")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default()
-                            .to_string();
+                        let account = answer_after(pace_ms, &headers).await;
                         let total = if account.is_empty() {
                             single_total
                         } else {
@@ -124,15 +131,7 @@ fn serve_sender(pace_ms: u64, single_total: u64) {
             axum::routing::get(
                 move |axum::extract::Path((kind, id)): axum::extract::Path<(String, String)>,
                       headers: HeaderMap| async move {
-                    let now = IN_FLIGHT.fetch_add(1, Ordering::Relaxed) + 1;
-                    MAX_IN_FLIGHT.fetch_max(now, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(pace_ms)).await;
-                    IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
-                    let account = headers
-                        .get("X-Account")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string();
+                    let account = answer_after(pace_ms, &headers).await;
                     let i = id
                         .rsplit('_')
                         .next()

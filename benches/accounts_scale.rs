@@ -339,7 +339,11 @@ fn run(
     let deadline = Instant::now() + Duration::from_secs(3600);
     while scalar(&mut c, done) == 0 {
         assert!(Instant::now() < deadline, "not done within an hour");
-        std::thread::sleep(Duration::from_millis(100));
+        // The check reads the whole schedule (20,000 rows at 10,000 accounts) on the
+        // database being measured: asked every 100 ms it was 3.5 s of the database's CPU.
+        // A hundredth of the time so far keeps the wall time within 1%.
+        let wait = (started.elapsed() / 100).max(Duration::from_millis(50));
+        std::thread::sleep(wait);
     }
     let wall = started.elapsed().as_secs_f64();
     let usage: Vec<(f64, u64)> = children.0.iter().map(|ch| process_usage(ch.id())).collect();

@@ -3,7 +3,7 @@
 use diesel::RunQueryDsl;
 use diesel::sql_types::{Bool, Nullable, Text};
 
-use crate::db::sql::{age_secs, display_time, query};
+use crate::db::sql::{age_secs, display_time, prepared, query};
 use crate::db::{Conn, on_conn};
 
 /// One registered account.
@@ -74,7 +74,7 @@ pub(crate) fn access(
         conn.backend(),
         "SELECT enabled, api_base, credential FROM accounts WHERE source = $1 AND account = $2",
     );
-    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).get_result(c).optional())
+    on_conn!(conn, c => prepared(q.bind::<Text, _>(source).bind::<Text, _>(account)).get_result(c).optional())
 }
 
 /// Sets an account's base and sealed credential, only if they are still `was` (another

@@ -55,9 +55,18 @@ impl Bookkeeping {
             .map(|(a, t)| (a, t.map(|t| t.to_db(b))))
             .collect();
         let listed_at = listed_at.to_db(b);
-        self.db
+        let (added, had) = self
+            .db
             .write(move |c| due::sync(c, &s, &k, &accounts, &listed_at))
-            .await
+            .await?;
+        // The table grew by a tenth or more (the first start with many accounts): its
+        // statistics are made now, not left to autovacuum, which may be off.
+        if added >= 100 && added * 10 >= had {
+            if let Err(e) = self.db.read(due::analyze).await {
+                tracing::debug!(error = %e, "could not analyze reconcile_due");
+            }
+        }
+        Ok(added)
     }
 
     /// Makes `account`'s `kinds` due now (scheduled if they were not): its first sync
@@ -101,11 +110,15 @@ impl Bookkeeping {
         limit: usize,
     ) -> Result<Vec<String>, DbError> {
         let (s, k) = (source.to_string(), kind.to_string());
-        // Every kind's loop asks every second: asked on a reader, an idle schedule
-        // never takes the writer (SQLite has one) from the deliveries.
-        let (s2, k2) = (s.clone(), k.clone());
-        if !self.db.read(move |c| due::any_due(c, &s2, &k2)).await? {
-            return Ok(Vec::new());
+        // Every kind's loop asks every second: on SQLite asked on a reader first, so an
+        // idle schedule never takes the one writer from the deliveries. PostgreSQL's
+        // claim that finds nothing writes nothing; asking first was one more round trip
+        // per claim.
+        if self.db.backend() == crate::config::Backend::Sqlite {
+            let (s2, k2) = (s.clone(), k.clone());
+            if !self.db.read(move |c| due::any_due(c, &s2, &k2)).await? {
+                return Ok(Vec::new());
+            }
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let next = next.to_db(self.db.backend());

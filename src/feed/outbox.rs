@@ -90,9 +90,9 @@ struct Sequencer {
 /// commit and its pass; a pass that failed).
 const LEFTOVERS_EVERY: Duration = Duration::from_secs(1);
 
-/// At most one vacuum of `change_pending` per this interval and process: a many-account
-/// source ends thousands of small runs a minute, and a vacuum after each was most of the
-/// database's cost of an account-kind run (benches/accounts_scale).
+/// At most one vacuum of `change_pending` per this interval, across replicas: a
+/// many-account source ends thousands of small runs a minute, and a vacuum after each
+/// was most of the database's cost of an account-kind run (benches/accounts_scale).
 const VACUUM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Outbox {
@@ -209,11 +209,17 @@ impl Outbox {
             *last = Some(std::time::Instant::now());
         }
         let started = std::time::Instant::now();
-        match self.db.read(sql::vacuum_change_pending).await {
-            Ok(()) => tracing::debug!(
+        let every = VACUUM_EVERY.as_secs_f64();
+        match self
+            .db
+            .read(move |c| sql::vacuum_change_pending(c, every))
+            .await
+        {
+            Ok(true) => tracing::debug!(
                 seconds = started.elapsed().as_secs_f64(),
                 "vacuumed change_pending"
             ),
+            Ok(false) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "could not vacuum change_pending; its dead rows stay until autovacuum gets to them")
             }

@@ -122,15 +122,31 @@ pub(crate) fn anything_pending(conn: &mut Conn) -> diesel::QueryResult<bool> {
 }
 
 /// `VACUUM (SKIP_LOCKED)` of `change_pending` and of `change_seq` (one row, which every
-/// publish updates and so leaves a dead version of) on PostgreSQL, outside a
-/// transaction (VACUUM refuses to run in one). SQLite reuses the pages of deleted rows
-/// by itself.
-pub(crate) fn vacuum_change_pending(conn: &mut Conn) -> diesel::QueryResult<()> {
+/// pass updates and so leaves a dead version of) on PostgreSQL, outside a transaction
+/// (VACUUM refuses to run in one), unless either was vacuumed (by any replica, or by
+/// autovacuum) less than `every_secs` ago. Returns whether it vacuumed. SQLite reuses
+/// the pages of deleted rows by itself.
+pub(crate) fn vacuum_change_pending(conn: &mut Conn, every_secs: f64) -> diesel::QueryResult<bool> {
     use diesel::connection::SimpleConnection;
-    match conn {
-        Conn::Postgres(c) => c.batch_execute("VACUUM (SKIP_LOCKED) change_pending, change_seq"),
-        Conn::Sqlite(_) => Ok(()),
+    let Conn::Postgres(c) = conn else {
+        return Ok(false);
+    };
+    // Replicas share one clock: the server's record of the table's last vacuum. Each
+    // vacuuming on its own clock was three vacuums where one did (10.6 s of the
+    // database's 110 s in accounts_scale at 10,000 accounts, 3 replicas).
+    let recent: Count = query(
+        Backend::Postgres,
+        "SELECT COUNT(*) AS n FROM pg_stat_user_tables \
+         WHERE relid = 'change_pending'::regclass \
+           AND GREATEST(last_vacuum, last_autovacuum) > now() - make_interval(secs => $1)",
+    )
+    .bind::<diesel::sql_types::Double, _>(every_secs)
+    .get_result(c)?;
+    if recent.n > 0 {
+        return Ok(false);
     }
+    c.batch_execute("VACUUM (SKIP_LOCKED) change_pending, change_seq")?;
+    Ok(true)
 }
 
 /// One row of the feed.

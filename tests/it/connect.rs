@@ -1602,3 +1602,56 @@ async fn rekey_reseals_every_credential_under_the_new_key_and_none_is_unreadable
             .any(|c| c.as_deref().is_some_and(|c| c.contains("sk_acct_r2")))
     );
 }
+
+/// A server without autovacuum (the machine's own has it off) never gave a schedule
+/// written at once for thousands of accounts statistics: finishing a run then reached
+/// its row through the due-time index and read every row of its kind (750 pages a run
+/// at 10,000 accounts). The sync that adds them analyzes the table, for each kind,
+/// though the two kinds' syncs run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_a_schedule_of_many_accounts_gets_statistics_and_a_finish_reads_one_row() {
+    use webhook_reconciler::bookkeeping::Bookkeeping;
+    let db = TestDb::new(Backend::Postgres);
+    let book = Bookkeeping::new(crate::helpers::handle_on(&db).await);
+    db.execute("ALTER TABLE reconcile_due SET (autovacuum_enabled = false)");
+    let accounts: Vec<(String, Option<webhook_reconciler::db::DbTime>)> =
+        (0..2000).map(|i| (format!("acct_{i:05}"), None)).collect();
+    let listed_at = book.clock().await.unwrap();
+    let (customers, invoices) = tokio::join!(
+        book.sync_schedule("api", "customer", accounts.clone(), listed_at),
+        book.sync_schedule("api", "invoice", accounts.clone(), listed_at),
+    );
+    assert_eq!((customers.unwrap(), invoices.unwrap()), (2000, 2000));
+    assert_eq!(
+        db.count("reconcile_due WHERE status = 'never' AND due_at <= now()"),
+        4000
+    );
+    let handle = crate::helpers::handle_on(&db).await;
+    for kind in ["customer", "invoice"] {
+        let sql = format!(
+            "EXPLAIN (FORMAT JSON) UPDATE reconcile_due SET finished_at = now(), status = 'succeeded', error = NULL \
+             WHERE source = 'api' AND account = 'acct_01234' AND kind = '{kind}'"
+        );
+        let plan = handle
+            .read(move |c| {
+                #[derive(diesel::QueryableByName)]
+                struct Plan {
+                    #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
+                    plan: String,
+                }
+                match c {
+                    webhook_reconciler::db::Conn::Postgres(pg) => {
+                        diesel::RunQueryDsl::get_result::<Plan>(diesel::sql_query(sql), pg)
+                    }
+                    webhook_reconciler::db::Conn::Sqlite(_) => unreachable!(),
+                }
+            })
+            .await
+            .unwrap()
+            .plan;
+        assert!(
+            plan.contains("\"Index Name\": \"reconcile_due_pkey\""),
+            "{kind}: the finish reaches its row by the primary key: {plan}"
+        );
+    }
+}

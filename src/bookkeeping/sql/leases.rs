@@ -30,13 +30,12 @@ pub(crate) fn acquire_lease(
             now(b)
         ),
     );
-    on_conn!(conn, c => q
+    on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(holder)
         .bind::<Double, _>(ttl_secs)
-        .bind::<Text, _>(key.account.stored())
-        .execute(c))?;
+        .bind::<Text, _>(key.account.stored())).execute(c))?;
     current_lease(conn, key)?.ok_or(diesel::result::Error::NotFound)
 }
 
@@ -53,11 +52,10 @@ pub(crate) fn current_lease(
             ts_text(b, "expires_at")
         ),
     );
-    let mut rows: Vec<LeaseRow> = on_conn!(conn, c => q
+    let mut rows: Vec<LeaseRow> = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
-        .bind::<Text, _>(key.account.stored())
-        .load(c))?;
+        .bind::<Text, _>(key.account.stored())).load(c))?;
     rows.pop()
         .map(|r| Ok((r.holder, DbTime::parse(&r.expires_at)?)))
         .transpose()
@@ -166,11 +164,10 @@ pub(crate) fn release_lease(conn: &mut Conn, key: &Key, holder: &str) -> diesel:
         conn.backend(),
         "DELETE FROM reconcile_leases WHERE source = $1 AND kind = $2 AND holder = $3 AND account = $4",
     );
-    on_conn!(conn, c => q
+    on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(holder)
-        .bind::<Text, _>(key.account.stored())
-        .execute(c))?;
+        .bind::<Text, _>(key.account.stored())).execute(c))?;
     Ok(())
 }

@@ -26,7 +26,7 @@ pub(crate) fn db_now(conn: &mut Conn) -> diesel::QueryResult<DbTime> {
         b,
         &format!("SELECT {} AS v", ts_text(b, crate::db::sql::now(b))),
     );
-    let r: TextValue = on_conn!(conn, c => q.get_result(c))?;
+    let r: TextValue = on_conn!(conn, c => prepared(q).get_result(c))?;
     DbTime::parse(&r.v)
 }
 

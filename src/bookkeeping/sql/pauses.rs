@@ -35,7 +35,7 @@ pub(crate) fn reconcile_paused(
         "SELECT COUNT(*) AS n FROM reconcile_paused WHERE source = $1 AND (kind = $2 OR kind = '')",
     );
     Ok(
-        on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(kind).get_result::<N>(c))?.n
+        on_conn!(conn, c => prepared(q.bind::<Text, _>(source).bind::<Text, _>(kind)).get_result::<N>(c))?.n
             > 0,
     )
 }

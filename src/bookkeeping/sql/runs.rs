@@ -15,17 +15,16 @@ pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::Query
             now(b)
         ),
     );
-    on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored()).execute(c))?;
+    on_conn!(conn, c => prepared(q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored())).execute(c))?;
     let q = query(
         b,
         "INSERT INTO reconcile_runs (source, kind, mode, status, account) VALUES ($1, $2, $3, 'running', $4) RETURNING id",
     );
-    let r: RunId = on_conn!(conn, c => q
+    let r: RunId = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Text, _>(mode.as_str())
-        .bind::<Text, _>(key.account.stored())
-        .get_result(c))?;
+        .bind::<Text, _>(key.account.stored())).get_result(c))?;
     Ok(r.id)
 }
 
@@ -64,7 +63,7 @@ pub(crate) fn update_run(
              SELECT source, account, kind, finished_at FROM reconcile_runs WHERE id = $1 \
              ON CONFLICT (source, account, kind) DO UPDATE SET succeeded_at = excluded.succeeded_at",
         );
-        on_conn!(conn, c => q.bind::<BigInt, _>(id).execute(c))?;
+        on_conn!(conn, c => prepared(q.bind::<BigInt, _>(id)).execute(c))?;
     }
     Ok(())
 }

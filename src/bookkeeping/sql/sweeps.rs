@@ -28,11 +28,10 @@ pub(crate) fn checkpoint(conn: &mut Conn, key: &Key) -> diesel::QueryResult<Opti
             ts_text(b, "sweep_started_at")
         ),
     );
-    let mut rows: Vec<CheckpointRow> = on_conn!(conn, c => q
+    let mut rows: Vec<CheckpointRow> = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
-        .bind::<Text, _>(key.account.stored())
-        .load(c))?;
+        .bind::<Text, _>(key.account.stored())).load(c))?;
     rows.pop()
         .map(|r| {
             Ok(Checkpoint {
@@ -76,7 +75,7 @@ pub(crate) fn set_checkpoint(
                 b,
                 "DELETE FROM reconcile_checkpoints WHERE source = $1 AND kind = $2 AND account = $3",
             );
-            on_conn!(conn, c => q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored()).execute(c))?;
+            on_conn!(conn, c => prepared(q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored())).execute(c))?;
         }
     }
     Ok(())
@@ -105,12 +104,11 @@ pub(crate) fn sweep_state(
             crate::db::sql::minus_seconds(b, 3)
         ),
     );
-    let mut rows: Vec<SweepState> = on_conn!(conn, c => q
+    let mut rows: Vec<SweepState> = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
         .bind::<Double, _>(full_every_secs)
-        .bind::<Text, _>(key.account.stored())
-        .load(c))?;
+        .bind::<Text, _>(key.account.stored())).load(c))?;
     Ok(rows.pop().unwrap_or(SweepState {
         watermark: None,
         full_due: true,

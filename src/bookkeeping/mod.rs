@@ -168,16 +168,14 @@ impl PageMark {
     /// The lease check, then the mark recorded, in the caller's transaction; `applied`
     /// rows were written by this page. `Ok(Err(_))` when the lease is no longer ours:
     /// nothing is recorded and the caller undoes its rows. On PostgreSQL a page that
-    /// moves the checkpoint does it in one statement
+    /// moves or clears the checkpoint does it in one statement
     /// ([`sql::renew_lease_and_record_page`]).
     pub(crate) fn check_and_record(
         &self,
         conn: &mut Conn,
         applied: usize,
     ) -> diesel::QueryResult<Result<(), LeaseLost>> {
-        if let (Conn::Postgres(c), Some((position, started)), false) =
-            (&mut *conn, &self.resume_at, self.keep_checkpoint)
-        {
+        if let (Conn::Postgres(c), false) = (&mut *conn, self.keep_checkpoint) {
             let mut counts = self.counts;
             counts.applied += applied as i64;
             let f = &self.fence;
@@ -186,8 +184,7 @@ impl PageMark {
                 &f.key,
                 &f.holder,
                 f.ttl.as_secs_f64(),
-                position,
-                *started,
+                self.resume_at.as_ref().map(|(p, t)| (p.as_str(), *t)),
                 self.run.0,
                 &counts,
             )? {
@@ -251,7 +248,7 @@ impl Bookkeeping {
         let (k, me) = (key.clone(), self.holder.clone());
         let (holder, expires_at) = self
             .db
-            .write(move |c| sql::acquire_lease(c, &k, &me, ttl.as_secs_f64()))
+            .write_statement(move |c| sql::acquire_lease(c, &k, &me, ttl.as_secs_f64()))
             .await?;
         if holder == self.holder {
             return Ok(Lease::Acquired);
@@ -332,7 +329,7 @@ impl Bookkeeping {
     pub async fn start_run(&self, key: &Key, mode: Mode) -> Result<RunId, DbError> {
         let k = key.clone();
         self.db
-            .write(move |c| sql::start_run(c, &k, mode))
+            .write_statement(move |c| sql::start_run(c, &k, mode))
             .await
             .map(RunId)
     }
@@ -354,10 +351,22 @@ impl Bookkeeping {
             _ => DueStatus::Failed,
         };
         self.db
-            .write(move |c| {
-                sql::update_run(c, run.0, status, &counts, error.as_deref())?;
-                sql::release_lease(c, &k, &me)?;
-                sql::due::finish(c, &k, due_status.as_str(), error.as_deref())
+            .write_statement(move |c| match c {
+                Conn::Postgres(pg) => sql::finish_and_release(
+                    pg,
+                    run.0,
+                    status,
+                    &counts,
+                    error.as_deref(),
+                    &k,
+                    &me,
+                    due_status.as_str(),
+                ),
+                Conn::Sqlite(_) => {
+                    sql::update_run(c, run.0, status, &counts, error.as_deref())?;
+                    sql::release_lease(c, &k, &me)?;
+                    sql::due::finish(c, &k, due_status.as_str(), error.as_deref())
+                }
             })
             .await
     }
@@ -372,10 +381,12 @@ impl Bookkeeping {
         let k = key.clone();
         self.db
             .read(move |c| {
+                let (checkpoint, state, now) =
+                    sql::sweep_position(c, &k, full_every.as_secs_f64())?;
                 Ok(SweepPosition {
-                    checkpoint: sql::checkpoint(c, &k)?,
-                    state: sql::sweep_state(c, &k, full_every.as_secs_f64())?,
-                    now: sql::db_now(c)?,
+                    checkpoint,
+                    state,
+                    now,
                 })
             })
             .await

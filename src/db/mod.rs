@@ -464,6 +464,28 @@ impl Db {
         F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.on_writer(true, f).await
+    }
+
+    /// Like [`Db::write`], but on PostgreSQL `f`'s statements are sent without
+    /// `BEGIN`/`COMMIT`, each committing by itself: for work that is one statement (a
+    /// data-modifying `WITH` is atomic), or whose later statements only read. Two round
+    /// trips fewer; a reconcile run at 10,000 accounts had five transactions. SQLite:
+    /// exactly [`Db::write`].
+    pub async fn write_statement<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.on_writer(self.backend == Backend::Sqlite, f).await
+    }
+
+    /// `f` on a writer connection, in a write transaction if `in_transaction`.
+    async fn on_writer<T, F>(&self, in_transaction: bool, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut Conn) -> diesel::QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let permit = tokio::time::timeout(
             self.acquire_timeout,
             self.write_permits.clone().acquire_owned(),
@@ -480,7 +502,11 @@ impl Db {
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let mut pc = checkout(&pool)?;
-            let result = write_tx(&mut pc.conn, f);
+            let result = if in_transaction {
+                write_tx(&mut pc.conn, f)
+            } else {
+                f(&mut pc.conn)
+            };
             if result.is_err() {
                 pc.broken = !recover(&mut pc.conn);
             }

@@ -23,6 +23,7 @@ both_backends!(
     a_page_larger_than_max_page_bytes_fails_the_run_clearly,
     a_sweep_that_suddenly_lists_half_the_items_tombstones_nothing_unless_allowed,
     a_run_that_lost_its_lease_writes_nothing_more_and_fails_naming_the_holder,
+    a_run_that_lost_its_lease_before_its_last_page_writes_it_not_and_keeps_the_checkpoint,
     get_puts_an_id_in_exactly_one_path_segment,
     a_redirect_to_another_origin_is_not_followed,
 );
@@ -229,8 +230,23 @@ async fn a_sweep_that_suddenly_lists_half_the_items_tombstones_nothing_unless_al
 }
 
 async fn a_run_that_lost_its_lease_writes_nothing_more_and_fails_naming_the_holder(b: Backend) {
+    lose_the_lease_during_the_second_page(b, 30).await;
+}
+
+/// The last page clears the checkpoint in the statement that checks the lease
+/// (PostgreSQL): with the lease lost, it neither writes its rows nor clears it.
+async fn a_run_that_lost_its_lease_before_its_last_page_writes_it_not_and_keeps_the_checkpoint(
+    b: Backend,
+) {
+    lose_the_lease_during_the_second_page(b, 8).await;
+}
+
+/// `items` orders listed 7 a page; the second page waits until another process holds
+/// the lease. Nothing after the first page is written, the run fails naming the holder,
+/// the first page's checkpoint stays; once the lease is free the kind converges.
+async fn lose_the_lease_during_the_second_page(b: Backend, items: usize) {
     let db = TestDb::new(b);
-    let sim = filled(Style::Cursor, 30).await;
+    let sim = filled(Style::Cursor, items).await;
     // The second page (list request 2) takes 2 s: long enough to hand the lease over.
     sim.add_quirk(Quirk::SlowRequest {
         n: 2,
@@ -265,6 +281,11 @@ async fn a_run_that_lost_its_lease_writes_nothing_more_and_fails_naming_the_hold
         "nothing written after the lease was lost"
     );
     assert_eq!(db.count("reconcile_runs WHERE status = 'failed'"), 1);
+    assert_eq!(
+        db.count("reconcile_checkpoints"),
+        1,
+        "the first page's checkpoint stays"
+    );
 
     db.execute("DELETE FROM reconcile_leases");
     sim.clear_quirks();

@@ -6,26 +6,95 @@ use super::*;
 /// `running` (their process died) become `abandoned`; the caller holds the lease, so
 /// no live run of the kind can be among them.
 pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::QueryResult<i64> {
+    const ABANDONED: &str = "SET status = 'abandoned', finished_at = now(), error = 'the process running it stopped before it finished' \
+         WHERE source = $1 AND kind = $2 AND account = $3 AND status = 'running'";
+    const INSERT: &str = "INSERT INTO reconcile_runs (source, kind, mode, status, account) VALUES ($1, $2, $4, 'running', $3) RETURNING id";
     let b = conn.backend();
+    let insert = |q: diesel::query_builder::SqlQuery| {
+        prepared(
+            q.bind::<Text, _>(key.source.as_str())
+                .bind::<Text, _>(key.kind.as_str())
+                .bind::<Text, _>(key.account.stored())
+                .bind::<Text, _>(mode.as_str()),
+        )
+    };
+    let r: RunId = match conn {
+        // One statement, committed by itself (`Db::write_statement`).
+        Conn::Postgres(c) => insert(query(
+            b,
+            &format!("WITH abandoned AS (UPDATE reconcile_runs {ABANDONED}) {INSERT}"),
+        ))
+        .get_result(c)?,
+        Conn::Sqlite(c) => {
+            prepared(
+                query(
+                    b,
+                    &format!(
+                        "UPDATE reconcile_runs {}",
+                        ABANDONED.replace("now()", now(b))
+                    ),
+                )
+                .bind::<Text, _>(key.source.as_str())
+                .bind::<Text, _>(key.kind.as_str())
+                .bind::<Text, _>(key.account.stored()),
+            )
+            .execute(c)?;
+            insert(query(b, INSERT)).get_result(c)?
+        }
+    };
+    Ok(r.id)
+}
+
+/// On PostgreSQL, a run's end in one statement: its record (and, if it succeeded, its
+/// account-kind's last success), the lease released, the schedule row's end. Five
+/// round trips (with `BEGIN` and `COMMIT`) became one. The statements lock different
+/// rows than any other transaction waits for together, so their order inside does not
+/// matter.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one statement's parameters: the run, its end, its lease and its schedule row"
+)]
+pub(crate) fn finish_and_release(
+    c: &mut diesel::PgConnection,
+    id: i64,
+    status: RunState,
+    counts: &RunCounts,
+    error: Option<&str>,
+    key: &Key,
+    holder: &str,
+    due_status: &str,
+) -> diesel::QueryResult<()> {
     let q = query(
-        b,
+        crate::config::Backend::Postgres,
         &format!(
-            "UPDATE reconcile_runs SET status = 'abandoned', finished_at = {}, error = 'the process running it stopped before it finished' \
-             WHERE source = $1 AND kind = $2 AND account = $3 AND status = 'running'",
-            now(b)
+            "WITH run AS (UPDATE reconcile_runs SET status = $1, finished_at = now(), error = $2, {} WHERE id = $3 \
+               RETURNING source, account, kind, finished_at), \
+             success AS (INSERT INTO reconcile_last_success (source, account, kind, succeeded_at) \
+               SELECT source, account, kind, finished_at FROM run WHERE $1 = '{}' \
+               ON CONFLICT (source, account, kind) DO UPDATE SET succeeded_at = excluded.succeeded_at), \
+             lease AS (DELETE FROM reconcile_leases WHERE source = $4 AND kind = $5 AND holder = $6 AND account = $7), \
+             due AS (UPDATE reconcile_due SET finished_at = now(), status = $18, error = $2 \
+               WHERE source = $4 AND account = $7 AND kind = $5) \
+             SELECT 1",
+            set_counts(8),
+            RunState::Succeeded.as_str(),
         ),
     );
-    on_conn!(conn, c => prepared(q.bind::<Text, _>(key.source.as_str()).bind::<Text, _>(key.kind.as_str()).bind::<Text, _>(key.account.stored())).execute(c))?;
-    let q = query(
-        b,
-        "INSERT INTO reconcile_runs (source, kind, mode, status, account) VALUES ($1, $2, $3, 'running', $4) RETURNING id",
-    );
-    let r: RunId = on_conn!(conn, c => prepared(q
-        .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.kind.as_str())
-        .bind::<Text, _>(mode.as_str())
-        .bind::<Text, _>(key.account.stored())).get_result(c))?;
-    Ok(r.id)
+    prepared(
+        bind_counts!(
+            q.bind::<Text, _>(status.as_str())
+                .bind::<Nullable<Text>, _>(error)
+                .bind::<BigInt, _>(id)
+                .bind::<Text, _>(key.source.as_str())
+                .bind::<Text, _>(key.kind.as_str())
+                .bind::<Text, _>(holder)
+                .bind::<Text, _>(key.account.stored()),
+            counts
+        )
+        .bind::<Text, _>(due_status),
+    )
+    .execute(c)?;
+    Ok(())
 }
 
 /// Records a run's progress (`Running`) or end.

@@ -3,14 +3,6 @@
 
 use super::*;
 
-#[derive(diesel::QueryableByName)]
-struct CheckpointRow {
-    #[diesel(sql_type = Text)]
-    position: String,
-    #[diesel(sql_type = Text)]
-    sweep_started_at: String,
-}
-
 /// Where an unfinished sweep stopped.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
@@ -19,27 +11,59 @@ pub struct Checkpoint {
     pub sweep_started_at: DbTime,
 }
 
-pub(crate) fn checkpoint(conn: &mut Conn, key: &Key) -> diesel::QueryResult<Option<Checkpoint>> {
+/// Where a run of `key` starts, in one statement (three round trips before): its
+/// checkpoint, its incremental state (a full sweep due when the last began more than
+/// `full_every_secs` ago; no state: due), and the database's clock.
+pub(crate) fn sweep_position(
+    conn: &mut Conn,
+    key: &Key,
+    full_every_secs: f64,
+) -> diesel::QueryResult<(Option<Checkpoint>, SweepState, DbTime)> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Nullable<Text>)]
+        position: Option<String>,
+        #[diesel(sql_type = Nullable<Text>)]
+        sweep_started_at: Option<String>,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        watermark: Option<i64>,
+        #[diesel(sql_type = Bool)]
+        full_due: bool,
+        #[diesel(sql_type = Text)]
+        now: String,
+    }
     let b = conn.backend();
     let q = query(
         b,
         &format!(
-            "SELECT position, {} AS sweep_started_at FROM reconcile_checkpoints WHERE source = $1 AND kind = $2 AND account = $3",
-            ts_text(b, "sweep_started_at")
+            "SELECT cp.position, {} AS sweep_started_at, st.watermark, COALESCE(st.full_due, TRUE) AS full_due, {} AS now \
+             FROM (SELECT 1 AS one) o \
+             LEFT JOIN reconcile_checkpoints cp ON cp.source = $1 AND cp.kind = $2 AND cp.account = $3 \
+             LEFT JOIN (SELECT watermark, (last_full_at IS NULL OR last_full_at < {}) AS full_due \
+               FROM reconcile_state WHERE source = $1 AND kind = $2 AND account = $3) st ON 1 = 1",
+            ts_text(b, "cp.sweep_started_at"),
+            ts_text(b, crate::db::sql::now(b)),
+            minus_seconds(b, 4)
         ),
     );
-    let mut rows: Vec<CheckpointRow> = on_conn!(conn, c => prepared(q
+    let r: Row = on_conn!(conn, c => prepared(q
         .bind::<Text, _>(key.source.as_str())
         .bind::<Text, _>(key.kind.as_str())
-        .bind::<Text, _>(key.account.stored())).load(c))?;
-    rows.pop()
-        .map(|r| {
-            Ok(Checkpoint {
-                position: r.position,
-                sweep_started_at: DbTime::parse(&r.sweep_started_at)?,
-            })
-        })
-        .transpose()
+        .bind::<Text, _>(key.account.stored())
+        .bind::<Double, _>(full_every_secs))
+        .get_result(c))?;
+    let checkpoint = match (r.position, r.sweep_started_at) {
+        (Some(position), Some(started)) => Some(Checkpoint {
+            position,
+            sweep_started_at: DbTime::parse(&started)?,
+        }),
+        _ => None,
+    };
+    let state = SweepState {
+        watermark: r.watermark,
+        full_due: r.full_due,
+    };
+    Ok((checkpoint, state, DbTime::parse(&r.now)?))
 }
 
 /// Records (`Some`) or clears (`None`) where the current sweep is.
@@ -89,30 +113,6 @@ pub struct SweepState {
     pub watermark: Option<i64>,
     #[diesel(sql_type = Bool)]
     pub full_due: bool,
-}
-
-pub(crate) fn sweep_state(
-    conn: &mut Conn,
-    key: &Key,
-    full_every_secs: f64,
-) -> diesel::QueryResult<SweepState> {
-    let b = conn.backend();
-    let q = query(
-        b,
-        &format!(
-            "SELECT watermark, (last_full_at IS NULL OR last_full_at < {}) AS full_due FROM reconcile_state WHERE source = $1 AND kind = $2 AND account = $4",
-            crate::db::sql::minus_seconds(b, 3)
-        ),
-    );
-    let mut rows: Vec<SweepState> = on_conn!(conn, c => prepared(q
-        .bind::<Text, _>(key.source.as_str())
-        .bind::<Text, _>(key.kind.as_str())
-        .bind::<Double, _>(full_every_secs)
-        .bind::<Text, _>(key.account.stored())).load(c))?;
-    Ok(rows.pop().unwrap_or(SweepState {
-        watermark: None,
-        full_due: true,
-    }))
 }
 
 /// Raises the watermark (never lowers it) and, after a complete full sweep, records

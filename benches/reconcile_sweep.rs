@@ -309,18 +309,23 @@ fn wrong_rows(db: &mut Db, n: u64) -> i64 {
     (count - n as i64).abs() + wrong_version
 }
 
-/// The change feed's publish step, as the product runs it last in every transaction that
-/// wrote `resources` (`feed::sql::publish_changes`): numbered under `change_seq`'s lock,
-/// moved from `change_pending` (filled by the trigger on `resources`) into `changes`.
-const PUBLISH: [&str; 2] = [
-    "UPDATE change_seq SET last = last + p.n \
-     FROM (SELECT COUNT(*) AS n FROM change_pending WHERE txid = txid_current()) AS p \
-     WHERE p.n > 0",
-    "WITH moved AS (DELETE FROM change_pending WHERE txid = txid_current() \
-     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id) \
-     INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id) \
-     SELECT (SELECT last FROM change_seq) - (SELECT COUNT(*) FROM moved) + ROW_NUMBER() OVER (ORDER BY pending_id), \
-     source, account, kind, id, version, deleted, state, origin, event_id FROM moved",
+/// The change feed's sequencer pass, as the product runs it after each commit that wrote
+/// `resources` (`feed::sql::sequence_pending`), in a transaction of its own: `change_seq`
+/// locked, then every committed row of `change_pending` (filled by the trigger on
+/// `resources`), lowest `pending_id` first, numbered and moved into `changes`.
+const SEQUENCE: [&str; 2] = [
+    "SELECT last AS v FROM change_seq FOR UPDATE",
+    "WITH moved AS (DELETE FROM change_pending \
+     WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT 50000)) \
+     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
+     counted AS (SELECT COUNT(*) AS n FROM moved), \
+     numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
+     WHERE counted.n > 0 RETURNING last, counted.n AS n), \
+     inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) \
+     SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
+     m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
+     FROM moved m CROSS JOIN numbered) \
+     SELECT n FROM numbered",
 ];
 
 /// The page's checkpoint, as the product moves it with every page.
@@ -329,8 +334,8 @@ const CHECKPOINT: &str = "INSERT INTO reconcile_checkpoints (source, kind, posit
      position = excluded.position, sweep_started_at = excluded.sweep_started_at, updated_at = now()";
 
 /// One transaction writing `ids` at `version` the way the product's guarded write does
-/// (every column, the digest, the version guard; the trigger fills the feed), then the
-/// feed's publish step and the page's checkpoint.
+/// (every column, the digest, the version guard; the trigger fills the feed) and the
+/// page's checkpoint, then the feed's sequencer pass.
 fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64, feed: bool) {
     c.transaction::<_, diesel::result::Error, _>(|c| {
         let id: Vec<String> = ids.iter().map(|i| Generated::id_of(*i)).collect();
@@ -349,17 +354,21 @@ fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64
         .bind::<BigInt, _>(version)
         .bind::<diesel::sql_types::Array<Text>, _>(&state)
         .execute(c)?;
-        if feed {
-            for sql in PUBLISH {
-                diesel::sql_query(sql).execute(c)?;
-            }
-        }
         diesel::sql_query(CHECKPOINT)
             .bind::<Text, _>(format!("page-{page}"))
             .execute(c)?;
         Ok(())
     })
     .unwrap();
+    if feed {
+        c.transaction::<_, diesel::result::Error, _>(|c| {
+            for sql in SEQUENCE {
+                diesel::sql_query(sql).execute(c)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
 }
 
 /// PostgreSQL alone doing the least SQL that does a drift sweep's job over pages

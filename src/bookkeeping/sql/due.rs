@@ -96,8 +96,8 @@ pub(crate) fn sync(
 
 /// `ANALYZE` of `reconcile_due` on PostgreSQL (SQLite: nothing). Without statistics
 /// the planner reached a row by the due-time index and filtered the kind's every row
-/// (750 pages a finished run at 10,000 accounts on a server without autovacuum); with
-/// statistics taken before a kind's rows were added it did the same for that kind. So
+/// (750 pages a finished run at 10,000 accounts on a server without autovacuum); statistics
+/// taken before a kind's rows were added can do the same for that kind. So
 /// it waits for an analyze running now (another kind's, another replica's) rather than
 /// skip: that one may not have seen these rows.
 pub(crate) fn analyze(conn: &mut Conn) -> diesel::QueryResult<()> {

@@ -399,10 +399,7 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
         for client in 0..clients {
             s.spawn(move || {
                 let mut c = PgConnection::establish(url).unwrap();
-                let mut page = client;
-                while page * PAGE_SIZE < n {
-                    let first = page * PAGE_SIZE;
-                    let last = (first + PAGE_SIZE).min(n);
+                for (page, first, last) in pages_of(n, clients, client) {
                     // The listing is in id order, so the page's rows are one range of
                     // the primary key (as the product reads such a page since
                     // 2026-12-05; a probe per id costs about six times as much).
@@ -417,7 +414,6 @@ fn pg_alone(url: &str, n: u64, clients: u64, version: i64) -> f64 {
                     assert!(rows.len() as u64 >= (last - first) * 99 / 100);
                     let drifted: Vec<u64> = (first..last).filter(|i| i % 100 == 0).collect();
                     guarded_page_write(&mut c, &drifted, version, page, true);
-                    page += clients;
                 }
             });
         }
@@ -475,13 +471,9 @@ fn pg_alone_load(url: &str, n: u64, clients: u64, feed: bool) -> f64 {
             .map(|client| {
                 s.spawn(move || {
                     let mut c = PgConnection::establish(url).unwrap();
-                    let mut page = client;
-                    while page * PAGE_SIZE < n {
-                        let first = page * PAGE_SIZE;
-                        let last = (first + PAGE_SIZE).min(n);
+                    for (page, first, last) in pages_of(n, clients, client) {
                         let ids: Vec<u64> = (first..last).collect();
                         guarded_page_write(&mut c, &ids, 1, page, feed);
-                        page += clients;
                     }
                 })
             })
@@ -492,6 +484,15 @@ fn pg_alone_load(url: &str, n: u64, clients: u64, feed: bool) -> f64 {
         done.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The pages of `[0, n)` that `client` of `clients` takes (every `clients`-th, from its
+/// own number), each as (page, first index, end index).
+fn pages_of(n: u64, clients: u64, client: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+    (client..)
+        .step_by(clients as usize)
+        .take_while(move |page| page * PAGE_SIZE < n)
+        .map(move |page| (page, page * PAGE_SIZE, ((page + 1) * PAGE_SIZE).min(n)))
 }
 
 /// Busy CPU seconds of the whole machine so far (all cores; /proc/stat, less idle and

@@ -69,15 +69,13 @@ pub(crate) fn finish_and_release(
         &format!(
             "WITH run AS (UPDATE reconcile_runs SET status = $1, finished_at = now(), error = $2, {} WHERE id = $3 \
                RETURNING source, account, kind, finished_at), \
-             success AS (INSERT INTO reconcile_last_success (source, account, kind, succeeded_at) \
-               SELECT source, account, kind, finished_at FROM run WHERE $1 = '{}' \
-               ON CONFLICT (source, account, kind) DO UPDATE SET succeeded_at = excluded.succeeded_at), \
+             success AS ({}), \
              lease AS (DELETE FROM reconcile_leases WHERE source = $4 AND kind = $5 AND holder = $6 AND account = $7), \
              due AS (UPDATE reconcile_due SET finished_at = now(), status = $18, error = $2 \
                WHERE source = $4 AND account = $7 AND kind = $5) \
              SELECT 1",
             set_counts(8),
-            RunState::Succeeded.as_str(),
+            last_success_from("run", &format!("$1 = '{}'", RunState::Succeeded.as_str())),
         ),
     );
     prepared(
@@ -95,6 +93,16 @@ pub(crate) fn finish_and_release(
     )
     .execute(c)?;
     Ok(())
+}
+
+/// The upsert of `reconcile_last_success` from the rows of `runs` (a run just ended)
+/// that `condition` selects.
+fn last_success_from(runs: &str, condition: &str) -> String {
+    format!(
+        "INSERT INTO reconcile_last_success (source, account, kind, succeeded_at) \
+         SELECT source, account, kind, finished_at FROM {runs} WHERE {condition} \
+         ON CONFLICT (source, account, kind) DO UPDATE SET succeeded_at = excluded.succeeded_at"
+    )
 }
 
 /// Records a run's progress (`Running`) or end.
@@ -126,12 +134,7 @@ pub(crate) fn update_run(
         .execute(c))?;
     if status == RunState::Succeeded {
         // Freshness reads this one row per account-kind, not the runs.
-        let q = query(
-            b,
-            "INSERT INTO reconcile_last_success (source, account, kind, succeeded_at) \
-             SELECT source, account, kind, finished_at FROM reconcile_runs WHERE id = $1 \
-             ON CONFLICT (source, account, kind) DO UPDATE SET succeeded_at = excluded.succeeded_at",
-        );
+        let q = query(b, &last_success_from("reconcile_runs", "id = $1"));
         on_conn!(conn, c => prepared(q.bind::<BigInt, _>(id)).execute(c))?;
     }
     Ok(())

@@ -107,11 +107,9 @@ pub(crate) fn set_checkpoint(
 
 /// Incremental state of a kind: the watermark, and whether a full sweep is due
 /// (none yet, or the last began more than `full_every_secs` ago).
-#[derive(Debug, Clone, diesel::QueryableByName)]
+#[derive(Debug, Clone)]
 pub struct SweepState {
-    #[diesel(sql_type = Nullable<BigInt>)]
     pub watermark: Option<i64>,
-    #[diesel(sql_type = Bool)]
     pub full_due: bool,
 }
 

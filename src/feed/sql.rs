@@ -357,8 +357,11 @@ pub(crate) fn consumer_lag(
     })
 }
 
-/// Deletes at most `limit` changes older than `age_secs` with seq <= `acknowledged`
-/// (what every consumer has); returns how many.
+/// Deletes, of the `limit` lowest seqs <= `acknowledged` (what every consumer has),
+/// those older than `age_secs`; returns how many. Only the oldest are looked at, through
+/// the primary key: a change's time grows with its seq (give or take a transaction), so
+/// a young change there means the rest are young too, and a call costs at most `limit`
+/// rows whatever the feed holds, with no index by time for every write to fill.
 pub(crate) fn prune_changes(
     conn: &mut Conn,
     age_secs: f64,
@@ -369,7 +372,7 @@ pub(crate) fn prune_changes(
     let q = query(
         b,
         &format!(
-            "DELETE FROM changes WHERE seq IN (SELECT seq FROM changes WHERE seq <= $2 AND changed_at < {} ORDER BY seq LIMIT $3)",
+            "DELETE FROM changes WHERE seq IN (SELECT seq FROM (SELECT seq, changed_at FROM changes WHERE seq <= $2 ORDER BY seq LIMIT $3) oldest WHERE changed_at < {})",
             minus_seconds(b, 1)
         ),
     );

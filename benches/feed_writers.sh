@@ -1,61 +1,86 @@
 #!/usr/bin/env bash
 # What the change feed costs concurrent writers, on PostgreSQL: pgbench with N clients,
 # each transaction one guarded upsert of a ~450-byte state (store::sql::upsert_sql for
-# one row) into a database `migrate` made, two ways in one run:
+# one row) into a database `migrate` made, two ways:
 #   feed      as the product writes: the `resources` trigger records the change in
 #             change_pending (logged) in the writer's transaction, and the sequencer
 #             numbers committed changes into `changes` after the commit: here one more
 #             pgbench client running feed::sql::sequence_pending back to back (lock
-#             change_seq, move every committed pending row), as `serve`'s passes run
-#             while writers commit. The run ends with a last pass; nothing may be left
-#             pending, and every change is numbered once, gap-free.
+#             change_seq, move the committed pending rows found through the primary
+#             key), as `serve`'s passes run while writers commit, and a loop vacuuming
+#             change_pending every 10 s as the outbox does. Each round ends with a last
+#             pass; nothing may be left pending, and every change is numbered once,
+#             gap-free.
 #   no-feed   the same upsert with the trigger disabled and no pass: the least a write
 #             can do without the feed's promises
-# Prints commits/s of each and the ratio per N.
+# The two alternate in ROUNDS paired rounds per N (which goes first alternates too), each
+# after a CHECKPOINT, so that a checkpoint's full-page writes or the machine's drift fall
+# on both sides alike; prints every round and the median of the rounds' ratios per N.
 #
 #   cargo build --release && benches/feed_writers.sh
-#   WR_BENCH_PG=postgres://postgres@127.0.0.1:5432 CLIENTS="1 8 24" SECONDS_EACH=15 benches/feed_writers.sh
+#   WR_BENCH_PG=postgres://postgres@127.0.0.1:5432 CLIENTS="1 8 24" ROUNDS=5 SECONDS_EACH=6 benches/feed_writers.sh
 set -euo pipefail
 PG=${WR_BENCH_PG:-postgres://postgres@127.0.0.1:5432}
 BIN=${BIN:-target/release/webhook-reconciler}
-SECONDS_EACH=${SECONDS_EACH:-15}
+SECONDS_EACH=${SECONDS_EACH:-6}
+ROUNDS=${ROUNDS:-5}
 CLIENTS=${CLIENTS:-"1 8 24"}
 work=$(mktemp -d)
 db="wr_bench_feed_writers_$$"
-trap 'rm -rf "$work"; psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true' EXIT
+trap 'touch "$work/stop"; rm -rf "$work"; psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true' EXIT
 
-upsert="INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest) VALUES ('api', '', 'invoice', 'in_' || :id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, ('{\"id\":\"in_' || :id || '\",\"object\":\"invoice\",\"customer\":\"cus_' || :c || '\",\"status\":\"open\",\"amount_due\":' || :c || ',\"currency\":\"eur\",\"created\":1700000000,\"livemode\":false,\"metadata\":{},\"lines\":{\"object\":\"list\",\"data\":[],\"has_more\":false},\"description\":\"An invoice state of a few hundred bytes, as senders send them, padded with a description of the kind people write\"}')::jsonb, false, 'webhook', NULL, 0) ON CONFLICT (source, account, kind, id) DO UPDATE SET version = excluded.version, state = COALESCE(excluded.state, resources.state), state_digest = CASE WHEN excluded.state IS NULL THEN resources.state_digest ELSE excluded.state_digest END, deleted = excluded.deleted, origin = excluded.origin, last_event_id = excluded.last_event_id, updated_at = now() WHERE resources.version < excluded.version;"
+upsert="INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest) VALUES ('api', '', 'invoice', 'in_' || :id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, ('{\"id\": \"in_' || :id || '\",\"object\": \"invoice\",\"customer\": \"cus_' || :c || '\",\"status\": \"open\",\"amount_due\": ' || :c || ',\"currency\": \"eur\",\"created\": 1700000000,\"livemode\": false,\"metadata\": {},\"lines\": {\"object\": \"list\",\"data\": [],\"has_more\": false},\"description\": \"An invoice state of a few hundred bytes, as senders send them, padded with a description of the kind people write\"}')::jsonb, false, 'webhook', NULL, 0) ON CONFLICT (source, account, kind, id) DO UPDATE SET version = excluded.version, state = COALESCE(excluded.state, resources.state), state_digest = CASE WHEN excluded.state IS NULL THEN resources.state_digest ELSE excluded.state_digest END, deleted = excluded.deleted, origin = excluded.origin, last_event_id = excluded.last_event_id, updated_at = now() WHERE resources.version < excluded.version;"
 printf '\\set id random(1, 100000)\n\\set c random(1, 1000)\nBEGIN;\n%s\nCOMMIT;\n' "$upsert" > "$work/write.sql"
-# feed::sql::sequence_pending, as the product sends it.
-move="WITH moved AS (DELETE FROM change_pending RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), counted AS (SELECT COUNT(*) AS n FROM moved), numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted WHERE counted.n > 0 RETURNING last, counted.n AS n), inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at FROM moved m CROSS JOIN numbered) SELECT n FROM numbered;"
+# feed::sql::sequence_pending (move_batch), as the product sends it.
+move="WITH moved AS (DELETE FROM change_pending WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT 50000)) RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), counted AS (SELECT COUNT(*) AS n FROM moved), numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted WHERE counted.n > 0 RETURNING last, counted.n AS n), inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at FROM moved m CROSS JOIN numbered) SELECT n FROM numbered;"
 printf 'BEGIN;\nSELECT last FROM change_seq FOR UPDATE;\n%s\nCOMMIT;\n' "$move" > "$work/pass.sql"
-# The product vacuums change_pending at most every 10 s per process (feed::outbox).
+# The product vacuums change_pending at most every 10 s (feed::outbox).
 vacuum_loop() { while [ ! -e "$work/stop" ]; do psql "$PG/$db" -qc "VACUUM (SKIP_LOCKED) change_pending, change_seq" >/dev/null 2>&1; sleep 10; done; }
 
 psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1
 printf '[database]\nurl = "%s"\n' "$PG/$db" > "$work/c.toml"
 "$BIN" --config "$work/c.toml" migrate >/dev/null
+vacuum_loop & vacuumer=$!
 
 tps() { # clients script [seconds]
-    pgbench -n -c "$1" -j "$(( $1 < 2 ? 1 : 2 ))" -T "${3:-$SECONDS_EACH}" -f "$work/$2.sql" "$PG/$db" 2>/dev/null |
+    pgbench -n -M prepared -c "$1" -j "$(( $1 < 2 ? 1 : 2 ))" -T "${3:-$SECONDS_EACH}" -f "$work/$2.sql" "$PG/$db" 2>/dev/null |
         awk '/^tps = / { print $3 }'
 }
-
-printf '%8s %14s %14s %10s %12s\n' clients "feed commits/s" "no-feed" feed/no "passes/s"
-for n in $CLIENTS; do
+checkpoint() { psql "$PG/$db" -qc "CHECKPOINT" >/dev/null; }
+feed_round() { # clients -> commits/s and passes/s
     psql "$PG/$db" -qc "ALTER TABLE resources ENABLE TRIGGER resources_record_change" >/dev/null
-    rm -f "$work/stop"
-    vacuum_loop & vacuumer=$!
+    checkpoint
     tps 1 pass "$(( SECONDS_EACH + 1 ))" > "$work/passes" &
-    sequencer=$!
-    with=$(tps "$n" write)
+    local sequencer=$!
+    local with
+    with=$(tps "$1" write)
     wait "$sequencer"
-    touch "$work/stop"; kill "$vacuumer" 2>/dev/null || true; wait "$vacuumer" 2>/dev/null || true
     psql "$PG/$db" -qAtc "BEGIN; SELECT last FROM change_seq FOR UPDATE; $move COMMIT;" >/dev/null
+    echo "$with $(cat "$work/passes")"
+}
+no_feed_round() {
     psql "$PG/$db" -qc "ALTER TABLE resources DISABLE TRIGGER resources_record_change" >/dev/null
-    without=$(tps "$n" write)
-    printf '%8s %14.0f %14.0f %10.2f %12.0f\n' "$n" "$with" "$without" \
-        "$(echo "$with / $without" | bc -l)" "$(cat "$work/passes")"
+    checkpoint
+    tps "$1" write
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+printf '%8s %6s %14s %14s %10s %10s\n' clients round "feed commits/s" "no-feed" feed/no "passes/s"
+for n in $CLIENTS; do
+    : > "$work/ratios"; : > "$work/with"; : > "$work/without"
+    for r in $(seq 1 "$ROUNDS"); do
+        if (( r % 2 )); then
+            read -r with passes < <(feed_round "$n"); without=$(no_feed_round "$n")
+        else
+            without=$(no_feed_round "$n"); read -r with passes < <(feed_round "$n")
+        fi
+        ratio=$(echo "$with / $without" | bc -l)
+        echo "$ratio" >> "$work/ratios"; echo "$with" >> "$work/with"; echo "$without" >> "$work/without"
+        printf '%8s %6s %14.0f %14.0f %10.2f %10.0f\n' "$n" "$r" "$with" "$without" "$ratio" "$passes"
+    done
+    printf '%8s %6s %14.0f %14.0f %10.2f\n' "$n" median "$(median < "$work/with")" \
+        "$(median < "$work/without")" "$(median < "$work/ratios")"
 done
+touch "$work/stop"; kill "$vacuumer" 2>/dev/null || true; wait "$vacuumer" 2>/dev/null || true
 # Every change numbered once, gap-free, nothing left pending.
 psql "$PG/$db" -Atc "SELECT 'changes: ' || count(*) || ', seqs 1..' || max(seq) || ', last handed out ' || (SELECT last FROM change_seq) || ', pending left: ' || (SELECT count(*) FROM change_pending) FROM changes"

@@ -309,25 +309,6 @@ fn wrong_rows(db: &mut Db, n: u64) -> i64 {
     (count - n as i64).abs() + wrong_version
 }
 
-/// The change feed's sequencer pass, as the product runs it after each commit that wrote
-/// `resources` (`feed::sql::sequence_pending`), in a transaction of its own: `change_seq`
-/// locked, then every committed row of `change_pending` (filled by the trigger on
-/// `resources`), lowest `pending_id` first, numbered and moved into `changes`.
-const SEQUENCE: [&str; 2] = [
-    "SELECT last AS v FROM change_seq FOR UPDATE",
-    "WITH moved AS (DELETE FROM change_pending \
-     WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT 50000)) \
-     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
-     counted AS (SELECT COUNT(*) AS n FROM moved), \
-     numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
-     WHERE counted.n > 0 RETURNING last, counted.n AS n), \
-     inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) \
-     SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
-     m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
-     FROM moved m CROSS JOIN numbered) \
-     SELECT n FROM numbered",
-];
-
 /// The page's checkpoint, as the product moves it with every page.
 const CHECKPOINT: &str = "INSERT INTO reconcile_checkpoints (source, kind, position, sweep_started_at, account) \
      VALUES ('bench', 'item', $1, now(), '') ON CONFLICT (source, account, kind) DO UPDATE SET \
@@ -362,9 +343,13 @@ fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64
     .unwrap();
     if feed {
         c.transaction::<_, diesel::result::Error, _>(|c| {
-            for sql in SEQUENCE {
-                diesel::sql_query(sql).execute(c)?;
-            }
+            // The product's pass (`feed::sql::sequence_pending`), after each commit that
+            // wrote `resources`.
+            use webhook_reconciler::feed::baseline::{BATCH, LOCK, MOVE};
+            diesel::sql_query(LOCK).execute(c)?;
+            diesel::sql_query(MOVE)
+                .bind::<diesel::sql_types::BigInt, _>(BATCH)
+                .execute(c)?;
             Ok(())
         })
         .unwrap();

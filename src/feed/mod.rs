@@ -24,6 +24,15 @@ use crate::db::{Db, DbError};
 use sql::ChangeRow;
 pub use sql::{ConsumerRow, Lag, ResourceChange};
 
+/// The sequencer's pass on PostgreSQL as the product sends it, for benchmarks whose
+/// baselines must do the same work: the lock, then the move of at most `BATCH` changes
+/// (bound as `$1`), in one transaction.
+pub mod baseline {
+    pub const LOCK: &str = super::sql::LOCK_SEQ_SQL;
+    pub const MOVE: &str = super::sql::MOVE_BATCH_SQL;
+    pub const BATCH: i64 = super::sql::SEQUENCE_BATCH;
+}
+
 /// One change as the application sees it (pushed body, pulled item, printed line).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FeedChange {

@@ -63,7 +63,7 @@ pub(crate) fn sequence_pending(conn: &mut Conn) -> diesel::QueryResult<i64> {
         return Ok(0);
     };
     let b = Backend::Postgres;
-    prepared(query(b, "SELECT last AS n FROM change_seq FOR UPDATE")).get_result::<Count>(c)?;
+    prepared(query(b, LOCK_SEQ_SQL)).get_result::<Count>(c)?;
     // One round trip: moved, counted, numbered and inserted (data-modifying CTEs always
     // run to completion, whether or not the outer query reads them). The counter is
     // updated only when there is something to number.
@@ -84,27 +84,30 @@ pub(crate) fn sequence_pending(conn: &mut Conn) -> diesel::QueryResult<i64> {
 }
 
 /// The most pending changes one statement of a pass numbers.
-const SEQUENCE_BATCH: i64 = 50_000;
+pub(crate) const SEQUENCE_BATCH: i64 = 50_000;
+
+/// The pass's first statement: the lock that serialises passes.
+pub(crate) const LOCK_SEQ_SQL: &str = "SELECT last AS n FROM change_seq FOR UPDATE";
+
+/// The pass's move of at most `$1` committed pending changes, lowest `pending_id` first.
+pub(crate) const MOVE_BATCH_SQL: &str = "WITH moved AS (DELETE FROM change_pending \
+     WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT $1)) \
+     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
+     counted AS (SELECT COUNT(*) AS n FROM moved), \
+     numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
+     WHERE counted.n > 0 RETURNING last, counted.n AS n), \
+     inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) \
+     SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
+     m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
+     FROM moved m CROSS JOIN numbered) \
+     SELECT n FROM numbered";
 
 fn move_batch(c: &mut diesel::PgConnection) -> diesel::QueryResult<i64> {
     let b = Backend::Postgres;
-    let numbered: Option<Count> = prepared(query(
-        b,
-        "WITH moved AS (DELETE FROM change_pending \
-         WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT $1)) \
-         RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
-         counted AS (SELECT COUNT(*) AS n FROM moved), \
-         numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
-         WHERE counted.n > 0 RETURNING last, counted.n AS n), \
-         inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) \
-         SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
-         m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
-         FROM moved m CROSS JOIN numbered) \
-         SELECT n FROM numbered",
-    )
-    .bind::<BigInt, _>(SEQUENCE_BATCH))
-    .get_result(c)
-    .optional()?;
+    let numbered: Option<Count> =
+        prepared(query(b, MOVE_BATCH_SQL).bind::<BigInt, _>(SEQUENCE_BATCH))
+            .get_result(c)
+            .optional()?;
     Ok(numbered.map_or(0, |c| c.n))
 }
 
@@ -534,7 +537,7 @@ pub(crate) fn erase_account_states(
         // No pass may move a change of the account while its states are blanked: one
         // that moved a pending row after the first statement's snapshot would keep its
         // state in `changes`.
-        let q = query(b, "SELECT last AS n FROM change_seq FOR UPDATE");
+        let q = query(b, LOCK_SEQ_SQL);
         on_conn!(conn, c => q.get_result::<Count>(c))?;
     }
     let mut blanked = 0;

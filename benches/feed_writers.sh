@@ -5,35 +5,43 @@
 #   feed      as the product writes: the `resources` trigger records the change in
 #             change_pending (logged) in the writer's transaction, and the sequencer
 #             numbers committed changes into `changes` after the commit: here one more
-#             pgbench client running feed::sql::sequence_pending back to back (lock
-#             change_seq, move the committed pending rows found through the primary
-#             key), as `serve`'s passes run while writers commit, and a loop vacuuming
+#             pgbench client running the product's passes back to back (the function
+#             feed_sequence_pass: lock change_seq, move the committed pending rows found
+#             through the primary key; 1 ms between passes after one that numbered more
+#             than one), as `serve`'s passes run while writers commit, and a loop vacuuming
 #             change_pending every 10 s as the outbox does. Each round ends with a last
 #             pass; nothing may be left pending, and every change is numbered once,
 #             gap-free.
 #   no-feed   the same upsert with the trigger disabled and no pass: the least a write
 #             can do without the feed's promises
+# With WRITERS_ONLY=1 the feed rounds run no pass while the writers run (the last pass of
+# each round still numbers everything, and is checked): what the change row the contract
+# puts in the writer's transaction costs on its own, the ceiling of any way of numbering.
 # The two alternate in ROUNDS paired rounds per N (which goes first alternates too), each
 # after a CHECKPOINT, so that a checkpoint's full-page writes or the machine's drift fall
 # on both sides alike; prints every round and the median of the rounds' ratios per N.
 #
 #   cargo build --release && benches/feed_writers.sh
 #   WR_BENCH_PG=postgres://postgres@127.0.0.1:5432 CLIENTS="1 8 24" ROUNDS=5 SECONDS_EACH=6 benches/feed_writers.sh
+#   WRITERS_ONLY=1 benches/feed_writers.sh
 set -euo pipefail
 PG=${WR_BENCH_PG:-postgres://postgres@127.0.0.1:5432}
 BIN=${BIN:-target/release/webhook-reconciler}
 SECONDS_EACH=${SECONDS_EACH:-6}
 ROUNDS=${ROUNDS:-5}
 CLIENTS=${CLIENTS:-"1 8 24"}
+WRITERS_ONLY=${WRITERS_ONLY:-}
 work=$(mktemp -d)
 db="wr_bench_feed_writers_$$"
 trap 'touch "$work/stop"; rm -rf "$work"; psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true' EXIT
 
 upsert="INSERT INTO resources (source, account, kind, id, version, state, deleted, origin, last_event_id, state_digest) VALUES ('api', '', 'invoice', 'in_' || :id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, ('{\"id\": \"in_' || :id || '\",\"object\": \"invoice\",\"customer\": \"cus_' || :c || '\",\"status\": \"open\",\"amount_due\": ' || :c || ',\"currency\": \"eur\",\"created\": 1700000000,\"livemode\": false,\"metadata\": {},\"lines\": {\"object\": \"list\",\"data\": [],\"has_more\": false},\"description\": \"An invoice state of a few hundred bytes, as senders send them, padded with a description of the kind people write\"}')::jsonb, false, 'webhook', NULL, 0) ON CONFLICT (source, account, kind, id) DO UPDATE SET version = excluded.version, state = COALESCE(excluded.state, resources.state), state_digest = CASE WHEN excluded.state IS NULL THEN resources.state_digest ELSE excluded.state_digest END, deleted = excluded.deleted, origin = excluded.origin, last_event_id = excluded.last_event_id, updated_at = now() WHERE resources.version < excluded.version;"
 printf '\\set id random(1, 100000)\n\\set c random(1, 1000)\nBEGIN;\n%s\nCOMMIT;\n' "$upsert" > "$work/write.sql"
-# feed::sql::sequence_pending (LOCK_SEQ_SQL, MOVE_BATCH_SQL), as the product sends it.
-move="WITH moved AS (DELETE FROM change_pending WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT 50000)) RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), counted AS (SELECT COUNT(*) AS n FROM moved), numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted WHERE counted.n > 0 RETURNING last, counted.n AS n), inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at FROM moved m CROSS JOIN numbered) SELECT n FROM numbered;"
-printf 'BEGIN;\nSELECT last FROM change_seq FOR UPDATE;\n%s\nCOMMIT;\n' "$move" > "$work/pass.sql"
+# The sequencer as the product runs it (feed::outbox::Outbox::pass): one statement in
+# autocommit (feed::sql::PASS_SQL, SEQUENCE_BATCH), and after a pass that numbered more
+# than one change the next begins 1 ms later (outbox's GATHER).
+pass="SELECT feed_sequence_pass(50000) AS n"
+printf '%s \\gset\n\\if :n > 1\n\\sleep 1 ms\n\\endif\n' "$pass" > "$work/pass.sql"
 # The product vacuums change_pending at most every 10 s (feed::outbox).
 vacuum_loop() { while [ ! -e "$work/stop" ]; do psql "$PG/$db" -qc "VACUUM (SKIP_LOCKED) change_pending, change_seq" >/dev/null 2>&1; sleep 10; done; }
 
@@ -50,12 +58,15 @@ checkpoint() { psql "$PG/$db" -qc "CHECKPOINT" >/dev/null; }
 feed_round() { # clients -> commits/s and passes/s
     psql "$PG/$db" -qc "ALTER TABLE resources ENABLE TRIGGER resources_record_change" >/dev/null
     checkpoint
-    tps 1 pass "$(( SECONDS_EACH + 1 ))" > "$work/passes" &
+    if [ -n "$WRITERS_ONLY" ]; then echo 0 > "$work/passes" & else tps 1 pass "$(( SECONDS_EACH + 1 ))" > "$work/passes" & fi
     local sequencer=$!
     local with
     with=$(tps "$1" write)
     wait "$sequencer"
-    psql "$PG/$db" -qAtc "BEGIN; SELECT last FROM change_seq FOR UPDATE; $move COMMIT;" >/dev/null
+    # The round's last passes, until nothing is pending.
+    while [ "$(psql "$PG/$db" -qAtc "SELECT EXISTS (SELECT 1 FROM change_pending)")" = t ]; do
+        psql "$PG/$db" -qAtc "$pass" >/dev/null
+    done
     echo "$with $(cat "$work/passes")"
 }
 no_feed_round() {

@@ -342,17 +342,13 @@ fn guarded_page_write(c: &mut PgConnection, ids: &[u64], version: i64, page: u64
     })
     .unwrap();
     if feed {
-        c.transaction::<_, diesel::result::Error, _>(|c| {
-            // The product's pass (`feed::sql::sequence_pending`), after each commit that
-            // wrote `resources`.
-            use webhook_reconciler::feed::baseline::{BATCH, LOCK, MOVE};
-            diesel::sql_query(LOCK).execute(c)?;
-            diesel::sql_query(MOVE)
-                .bind::<diesel::sql_types::BigInt, _>(BATCH)
-                .execute(c)?;
-            Ok(())
-        })
-        .unwrap();
+        // The product's pass (`feed::sql::sequence_pending`: one statement in its own
+        // transaction), after each commit that wrote `resources`.
+        use webhook_reconciler::feed::baseline::{BATCH, PASS};
+        diesel::sql_query(PASS)
+            .bind::<diesel::sql_types::BigInt, _>(BATCH)
+            .execute(c)
+            .unwrap();
     }
 }
 

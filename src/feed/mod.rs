@@ -25,11 +25,10 @@ use sql::ChangeRow;
 pub use sql::{ConsumerRow, Lag, ResourceChange};
 
 /// The sequencer's pass on PostgreSQL as the product sends it, for benchmarks whose
-/// baselines must do the same work: the lock, then the move of at most `BATCH` changes
-/// (bound as `$1`), in one transaction.
+/// baselines must do the same work: one statement (`BATCH`, the most changes it moves at
+/// a time, bound as `$1`), sent in autocommit: its own transaction.
 pub mod baseline {
-    pub const LOCK: &str = super::sql::LOCK_SEQ_SQL;
-    pub const MOVE: &str = super::sql::MOVE_BATCH_SQL;
+    pub const PASS: &str = super::sql::PASS_SQL;
     pub const BATCH: i64 = super::sql::SEQUENCE_BATCH;
 }
 

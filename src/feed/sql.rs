@@ -1,8 +1,8 @@
 //! The change feed: `change_pending` (filled by a trigger on `resources`), `changes`,
 //! `change_seq`, consumer positions and skips.
 
+use diesel::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Double, Integer, Nullable, Text};
-use diesel::{OptionalExtension, RunQueryDsl};
 
 use crate::config::Backend;
 use crate::db::sql::{in_list, minus_seconds, prepared, query, ts_text};
@@ -51,65 +51,35 @@ pub(crate) fn publish_changes(conn: &mut Conn) -> diesel::QueryResult<i64> {
     Ok(n)
 }
 
-/// PostgreSQL: one pass of the sequencer, in its own transaction: every committed
-/// pending change, of any writer of any replica, numbered in `pending_id` order and
-/// moved to `changes`. Passes are serialised by the row lock of `change_seq`, taken
-/// first and held to commit; the move runs after it (read committed: a fresh snapshot),
-/// so it sees every change committed before this pass held the lock, and a pass that
-/// holds it later gets higher seqs and commits later. Writers never take this lock.
-/// Returns how many changes were numbered.
+/// PostgreSQL: one pass of the sequencer: every committed pending change, of any writer
+/// of any replica, numbered in `pending_id` order and moved to `changes`, by the
+/// function `feed_sequence_pass` (migration `000021`, where the argument for its order
+/// is), in one statement sent without `BEGIN`/`COMMIT`: its own transaction. Passes are
+/// serialised by the row lock of `change_seq`, held to commit; writers never take it. A
+/// pass that finds nothing pending takes no lock and writes nothing, so it waits for no
+/// flush. Returns how many changes were numbered.
+///
+/// The rows are found through the primary key, lowest first, a bounded batch at a time:
+/// every numbered row dies here, and until a vacuum reaches them a sequential scan would
+/// read every dead row of every earlier pass (a 1M-item first sync in one account took
+/// 4.8× as long that way: benches/accounts_scale); index entries of dead rows are marked
+/// dead once seen, so the index walk stays short.
 pub(crate) fn sequence_pending(conn: &mut Conn) -> diesel::QueryResult<i64> {
     let Conn::Postgres(c) = conn else {
         return Ok(0);
     };
-    let b = Backend::Postgres;
-    prepared(query(b, LOCK_SEQ_SQL)).get_result::<Count>(c)?;
-    // One round trip: moved, counted, numbered and inserted (data-modifying CTEs always
-    // run to completion, whether or not the outer query reads them). The counter is
-    // updated only when there is something to number.
-    //
-    // The rows are found through the primary key, lowest first, a bounded batch at a
-    // time: every numbered row dies here, and until a vacuum reaches them a sequential
-    // scan would read every dead row of every earlier pass (a 1M-item first sync in one
-    // account took 4.8× as long that way: benches/accounts_scale); index entries of dead rows are marked dead once seen, so the
-    // index walk stays short. Lowest first keeps one resource's changes in order.
-    let mut total = 0;
-    loop {
-        let numbered = move_batch(c)?;
-        total += numbered;
-        if numbered < SEQUENCE_BATCH {
-            return Ok(total);
-        }
-    }
+    let q = prepared(query(Backend::Postgres, PASS_SQL).bind::<BigInt, _>(SEQUENCE_BATCH));
+    Ok(q.get_result::<Count>(c)?.n)
 }
 
 /// The most pending changes one statement of a pass numbers.
 pub(crate) const SEQUENCE_BATCH: i64 = 50_000;
 
-/// The pass's first statement: the lock that serialises passes.
+/// The lock that serialises passes (and anything else that must not run beside one).
 pub(crate) const LOCK_SEQ_SQL: &str = "SELECT last AS n FROM change_seq FOR UPDATE";
 
-/// The pass's move of at most `$1` committed pending changes, lowest `pending_id` first.
-pub(crate) const MOVE_BATCH_SQL: &str = "WITH moved AS (DELETE FROM change_pending \
-     WHERE pending_id = ANY (ARRAY(SELECT pending_id FROM change_pending ORDER BY pending_id LIMIT $1)) \
-     RETURNING pending_id, source, account, kind, id, version, deleted, state, origin, event_id, changed_at), \
-     counted AS (SELECT COUNT(*) AS n FROM moved), \
-     numbered AS (UPDATE change_seq SET last = last + counted.n FROM counted \
-     WHERE counted.n > 0 RETURNING last, counted.n AS n), \
-     inserted AS (INSERT INTO changes (seq, source, account, kind, id, version, deleted, state, origin, event_id, changed_at) \
-     SELECT numbered.last - numbered.n + ROW_NUMBER() OVER (ORDER BY m.pending_id), \
-     m.source, m.account, m.kind, m.id, m.version, m.deleted, m.state, m.origin, m.event_id, m.changed_at \
-     FROM moved m CROSS JOIN numbered) \
-     SELECT n FROM numbered";
-
-fn move_batch(c: &mut diesel::PgConnection) -> diesel::QueryResult<i64> {
-    let b = Backend::Postgres;
-    let numbered: Option<Count> =
-        prepared(query(b, MOVE_BATCH_SQL).bind::<BigInt, _>(SEQUENCE_BATCH))
-            .get_result(c)
-            .optional()?;
-    Ok(numbered.map_or(0, |c| c.n))
-}
+/// One pass, `$1` the batch.
+pub(crate) const PASS_SQL: &str = "SELECT feed_sequence_pass($1) AS n";
 
 /// PostgreSQL: whether any change waits for the sequencer (committed, or in a
 /// transaction still open). Takes no lock.

@@ -854,3 +854,61 @@ async fn on_postgres_replicas_vacuum_change_pending_once_an_interval_between_the
     first.vacuum().await;
     assert_eq!(vacuums(), 1, "vacuumed again within the interval");
 }
+
+/// The sequencer's pass (one call of `feed_sequence_pass`): one that finds nothing
+/// pending takes no lock and writes nothing, so its commit waits for no flush; one that
+/// finds changes numbers them gap-free; and under REPEATABLE READ, where its move would
+/// see a snapshot older than its lock, it refuses with a message naming the setting.
+#[tokio::test]
+async fn on_postgres_a_pass_with_nothing_pending_writes_nothing_and_refuses_repeatable_read() {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, sql_query};
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let scalar = |c: &mut PgConnection, sql: &str| sql_query(sql).get_result::<Row>(c).unwrap().n;
+
+    let db = TestDb::new(Backend::Postgres);
+    let _store = store_on(&db).await;
+    let mut c = PgConnection::establish(&db.url).unwrap();
+
+    c.batch_execute("BEGIN").unwrap();
+    assert_eq!(scalar(&mut c, "SELECT feed_sequence_pass(10) AS n"), 0);
+    assert_eq!(
+        scalar(
+            &mut c,
+            "SELECT COUNT(*) AS n FROM (SELECT pg_current_xact_id_if_assigned() AS x) t WHERE x IS NOT NULL"
+        ),
+        0,
+        "an empty pass took a transaction id: it locked or wrote something"
+    );
+    c.batch_execute("COMMIT").unwrap();
+
+    db.execute(
+        "INSERT INTO resources (source, kind, id, version, state, deleted, origin) \
+         VALUES ('shop', 'order', 'p1', 1, '{\"status\":\"paid\"}', false, 'webhook'), \
+                ('shop', 'order', 'p2', 1, '{\"status\":\"paid\"}', false, 'webhook'), \
+                ('shop', 'order', 'p3', 1, '{\"status\":\"paid\"}', false, 'webhook')",
+    );
+    // A batch of 2: the pass moves 2, then 1, in one call.
+    assert_eq!(scalar(&mut c, "SELECT feed_sequence_pass(2) AS n"), 3);
+    assert_eq!(db.count("change_pending"), 0);
+    assert_eq!(
+        db.count("changes WHERE (seq, id) IN ((1, 'p1'), (2, 'p2'), (3, 'p3'))"),
+        3
+    );
+    assert_eq!(db.scalar("SELECT last AS n FROM change_seq"), 3);
+
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .unwrap();
+    let refused = sql_query("SELECT feed_sequence_pass(10) AS n")
+        .get_result::<Row>(&mut c)
+        .err()
+        .expect("a pass under REPEATABLE READ ran");
+    assert!(
+        refused.to_string().contains("READ COMMITTED"),
+        "the refusal does not name the isolation it needs: {refused}"
+    );
+}

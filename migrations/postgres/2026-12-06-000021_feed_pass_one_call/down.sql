@@ -1,0 +1,1 @@
+DROP FUNCTION feed_sequence_pass(BIGINT);

@@ -14,8 +14,9 @@
 //! It prints the wall time of each, the database's CPU (the machine's busy time minus
 //! the replicas' and the sender's, read from /proc) and its difference per account-kind
 //! run — the scheduling cost of an account-kind: its claim, lease, run record and
-//! finish, which one account's pages do not pay — the database's size, and each
-//! replica's peak RSS (VmHWM).
+//! finish, which one account's pages do not pay — the replicas' CPU (and its difference
+//! per account-kind run) and the sender's, the database's size, and each replica's peak
+//! RSS (VmHWM).
 //!
 //! `--one-shot`: `reconcile --source api` (the shipped timer's command) over N accounts
 //! against the same items in one account. `--fetches [--budget R]`: 10,000 pending
@@ -24,6 +25,7 @@
 //!   scripts/ensure-postgres.sh && cargo bench --bench accounts_scale
 //!   cargo bench --bench accounts_scale -- --sizes 100,1000 --pace-ms 3
 //!   cargo bench --bench accounts_scale -- --fetches [--budget 5]
+//!   FUNCTION_SQL=file.sql cargo bench --bench accounts_scale  # SQL run after `migrate`
 //!
 //! PostgreSQL server: $WR_TEST_PG (default postgres://postgres@127.0.0.1:5432).
 #![expect(clippy::unwrap_used, reason = "a benchmark harness, not the daemon")]
@@ -305,6 +307,9 @@ impl Drop for Replicas {
 struct Outcome {
     wall: f64,
     db_cpu: f64,
+    /// The replicas' CPU seconds together, and the sender's.
+    replicas_cpu: f64,
+    sender_cpu: f64,
     db_bytes: i64,
     peak_rss_mib: Vec<f64>,
 }
@@ -373,6 +378,8 @@ fn run(
     Outcome {
         wall,
         db_cpu: (machine - ours - sender_cpu).max(0.0),
+        replicas_cpu: ours,
+        sender_cpu,
         db_bytes: scalar(&mut c, "SELECT pg_database_size(current_database()) AS n"),
         peak_rss_mib: usage.iter().map(|u| u.1 as f64 / 1024.0).collect(),
     }
@@ -431,6 +438,15 @@ fn fresh_database(
         .status()
         .unwrap();
     assert!(st.success());
+    // Another definition of a database function, to compare two in one sitting (as
+    // benches/feed_writers.sh's FUNCTION_SQL).
+    if let Ok(file) = std::env::var("FUNCTION_SQL") {
+        let sql = std::fs::read_to_string(&file).unwrap();
+        PgConnection::establish(&url)
+            .unwrap()
+            .batch_execute(&sql)
+            .unwrap();
+    }
     (url, cfg)
 }
 
@@ -511,7 +527,8 @@ fn main() {
         let per_run_ms = (many.db_cpu - one.db_cpu) / kinds as f64 * 1000.0;
         println!(
             "{n:>6} accounts: every account-kind's first run {:.1} s ({} runs, {:.1} runs/s) vs one account with the same {} items {:.1} s (ratio {:.2}); \
-             database CPU {:.1} s vs {:.1} s: {:.2} ms per account-kind run; database {:.0} MiB vs {:.0} MiB; peak RSS per replica {} MiB",
+             database CPU {:.1} s vs {:.1} s: {:.2} ms per account-kind run; replicas' CPU {:.1} s vs {:.1} s: {:.2} ms per account-kind run; \
+             sender's CPU {:.1} s vs {:.1} s; database {:.0} MiB vs {:.0} MiB; peak RSS per replica {} MiB",
             many.wall,
             kinds,
             kinds as f64 / many.wall,
@@ -521,6 +538,11 @@ fn main() {
             many.db_cpu,
             one.db_cpu,
             per_run_ms,
+            many.replicas_cpu,
+            one.replicas_cpu,
+            (many.replicas_cpu - one.replicas_cpu) / kinds as f64 * 1000.0,
+            many.sender_cpu,
+            one.sender_cpu,
             many.db_bytes as f64 / 1048576.0,
             one.db_bytes as f64 / 1048576.0,
             many.peak_rss_mib

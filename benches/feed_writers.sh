@@ -6,7 +6,7 @@
 #             change_pending (logged) in the writer's transaction, and the sequencer
 #             numbers committed changes into `changes` after the commit: here one more
 #             pgbench client running the product's passes back to back (the function
-#             feed_sequence_pass: lock change_seq, move the committed pending rows found
+#             feed_sequence_pass: the feed's advisory lock, move the committed pending rows found
 #             through the primary key; 1 ms between passes after one that numbered more
 #             than one), as `serve`'s passes run while writers commit, and a loop vacuuming
 #             change_pending every 10 s as the outbox does. Each round ends with a last
@@ -24,6 +24,9 @@
 #   cargo build --release && benches/feed_writers.sh
 #   WR_BENCH_PG=postgres://postgres@127.0.0.1:5432 CLIENTS="1 8 24" ROUNDS=5 SECONDS_EACH=6 benches/feed_writers.sh
 #   WRITERS_ONLY=1 benches/feed_writers.sh
+#   FUNCTION_SQL=other_pass.sql benches/feed_writers.sh
+# FUNCTION_SQL: a file of SQL run after `migrate` (another definition of the pass, to
+# compare two in one sitting).
 set -euo pipefail
 PG=${WR_BENCH_PG:-postgres://postgres@127.0.0.1:5432}
 BIN=${BIN:-target/release/webhook-reconciler}
@@ -31,6 +34,8 @@ SECONDS_EACH=${SECONDS_EACH:-6}
 ROUNDS=${ROUNDS:-5}
 CLIENTS=${CLIENTS:-"1 8 24"}
 WRITERS_ONLY=${WRITERS_ONLY:-}
+FUNCTION_SQL=${FUNCTION_SQL:-}
+GATHER_MS=${GATHER_MS:-1}
 work=$(mktemp -d)
 db="wr_bench_feed_writers_$$"
 trap 'touch "$work/stop"; rm -rf "$work"; psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true' EXIT
@@ -39,15 +44,16 @@ upsert="INSERT INTO resources (source, account, kind, id, version, state, delete
 printf '\\set id random(1, 100000)\n\\set c random(1, 1000)\nBEGIN;\n%s\nCOMMIT;\n' "$upsert" > "$work/write.sql"
 # The sequencer as the product runs it (feed::outbox::Outbox::pass): one statement in
 # autocommit (feed::sql::PASS_SQL, SEQUENCE_BATCH), and after a pass that numbered more
-# than one change the next begins 1 ms later (outbox's GATHER).
+# than one change the next begins 1 ms later (outbox's GATHER; GATHER_MS to try another).
 pass="SELECT feed_sequence_pass(50000) AS n"
-printf '%s \\gset\n\\if :n > 1\n\\sleep 1 ms\n\\endif\n' "$pass" > "$work/pass.sql"
+printf '%s \\gset\n\\if :n > 1\n\\sleep %s ms\n\\endif\n' "$pass" "$GATHER_MS" > "$work/pass.sql"
 # The product vacuums change_pending at most every 10 s (feed::outbox).
 vacuum_loop() { while [ ! -e "$work/stop" ]; do psql "$PG/$db" -qc "VACUUM (SKIP_LOCKED) change_pending, change_seq" >/dev/null 2>&1; sleep 10; done; }
 
 psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1
 printf '[database]\nurl = "%s"\n' "$PG/$db" > "$work/c.toml"
 "$BIN" --config "$work/c.toml" migrate >/dev/null
+if [ -n "$FUNCTION_SQL" ]; then psql "$PG/$db" -q -v ON_ERROR_STOP=1 -f "$FUNCTION_SQL" >/dev/null; fi
 vacuum_loop & vacuumer=$!
 
 tps() { # clients script [seconds]

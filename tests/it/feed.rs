@@ -857,10 +857,11 @@ async fn on_postgres_replicas_vacuum_change_pending_once_an_interval_between_the
 
 /// The sequencer's pass (one call of `feed_sequence_pass`): one that finds nothing
 /// pending takes no lock and writes nothing, so its commit waits for no flush; one that
-/// finds changes numbers them gap-free; and under REPEATABLE READ, where its move would
+/// finds changes numbers them gap-free, and waits while another transaction holds the
+/// lock of `change_seq`; and under REPEATABLE READ, where its move would
 /// see a snapshot older than its lock, it refuses with a message naming the setting.
 #[tokio::test]
-async fn on_postgres_a_pass_with_nothing_pending_writes_nothing_and_refuses_repeatable_read() {
+async fn on_postgres_the_pass_writes_nothing_idle_waits_its_turn_and_refuses_repeatable_read() {
     use diesel::connection::SimpleConnection;
     use diesel::{Connection, PgConnection, QueryableByName, RunQueryDsl, sql_query};
     #[derive(QueryableByName)]
@@ -900,6 +901,35 @@ async fn on_postgres_a_pass_with_nothing_pending_writes_nothing_and_refuses_repe
         3
     );
     assert_eq!(db.scalar("SELECT last AS n FROM change_seq"), 3);
+
+    // Passes take turns on the row lock of `change_seq`, as an erasure does: held by
+    // another transaction, a pass with something to number waits for it.
+    db.execute(
+        "INSERT INTO resources (source, kind, id, version, state, deleted, origin) \
+         VALUES ('shop', 'order', 'p4', 1, '{\"status\":\"paid\"}', false, 'webhook')",
+    );
+    let mut holder = PgConnection::establish(&db.url).unwrap();
+    holder
+        .batch_execute("BEGIN; SELECT last FROM change_seq FOR UPDATE")
+        .unwrap();
+    c.batch_execute("SET lock_timeout = '300ms'").unwrap();
+    let waited = sql_query("SELECT feed_sequence_pass(10) AS n")
+        .get_result::<Row>(&mut c)
+        .err()
+        .expect("a pass numbered while another transaction held the lock of change_seq");
+    assert!(
+        waited.to_string().contains("lock timeout"),
+        "the pass failed otherwise than by waiting for the lock: {waited}"
+    );
+    assert_eq!(
+        db.count("change_pending"),
+        1,
+        "the waiting pass moved something"
+    );
+    holder.batch_execute("COMMIT").unwrap();
+    assert_eq!(scalar(&mut c, "SELECT feed_sequence_pass(10) AS n"), 1);
+    assert_eq!(db.count("changes WHERE seq = 4 AND id = 'p4'"), 1);
+    c.batch_execute("RESET lock_timeout").unwrap();
 
     c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .unwrap();

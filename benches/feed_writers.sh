@@ -6,7 +6,7 @@
 #             change_pending (logged) in the writer's transaction, and the sequencer
 #             numbers committed changes into `changes` after the commit: here one more
 #             pgbench client running the product's passes back to back (the function
-#             feed_sequence_pass: the feed's advisory lock, move the committed pending rows found
+#             feed_sequence_pass: lock change_seq, move the committed pending rows found
 #             through the primary key; 1 ms between passes after one that numbered more
 #             than one), as `serve`'s passes run while writers commit, and a loop vacuuming
 #             change_pending every 10 s as the outbox does. Each round ends with a last

@@ -870,6 +870,13 @@ async fn on_postgres_the_pass_writes_nothing_idle_waits_its_turn_and_refuses_rep
         n: i64,
     }
     let scalar = |c: &mut PgConnection, sql: &str| sql_query(sql).get_result::<Row>(c).unwrap().n;
+    // A pass that fails: its error's text.
+    let failed_pass = |c: &mut PgConnection| {
+        sql_query("SELECT feed_sequence_pass(10) AS n")
+            .get_result::<Row>(c)
+            .err()
+            .map(|e| e.to_string())
+    };
 
     let db = TestDb::new(Backend::Postgres);
     let _store = store_on(&db).await;
@@ -913,12 +920,10 @@ async fn on_postgres_the_pass_writes_nothing_idle_waits_its_turn_and_refuses_rep
         .batch_execute("BEGIN; SELECT last FROM change_seq FOR UPDATE")
         .unwrap();
     c.batch_execute("SET lock_timeout = '300ms'").unwrap();
-    let waited = sql_query("SELECT feed_sequence_pass(10) AS n")
-        .get_result::<Row>(&mut c)
-        .err()
+    let waited = failed_pass(&mut c)
         .expect("a pass numbered while another transaction held the lock of change_seq");
     assert!(
-        waited.to_string().contains("lock timeout"),
+        waited.contains("lock timeout"),
         "the pass failed otherwise than by waiting for the lock: {waited}"
     );
     assert_eq!(
@@ -933,12 +938,9 @@ async fn on_postgres_the_pass_writes_nothing_idle_waits_its_turn_and_refuses_rep
 
     c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .unwrap();
-    let refused = sql_query("SELECT feed_sequence_pass(10) AS n")
-        .get_result::<Row>(&mut c)
-        .err()
-        .expect("a pass under REPEATABLE READ ran");
+    let refused = failed_pass(&mut c).expect("a pass under REPEATABLE READ ran");
     assert!(
-        refused.to_string().contains("READ COMMITTED"),
+        refused.contains("READ COMMITTED"),
         "the refusal does not name the isolation it needs: {refused}"
     );
 }

@@ -439,9 +439,10 @@ fn fresh_database(
         .unwrap();
     assert!(st.success());
     // Another definition of a database function, to compare two in one sitting (as
-    // benches/feed_writers.sh's FUNCTION_SQL).
-    if let Ok(file) = std::env::var("FUNCTION_SQL") {
-        let sql = std::fs::read_to_string(&file).unwrap();
+    // benches/feed_writers.sh's FUNCTION_SQL; set but empty is unset, as there).
+    if let Some(file) = std::env::var("FUNCTION_SQL").ok().filter(|f| !f.is_empty()) {
+        let sql =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("FUNCTION_SQL={file}: {e}"));
         PgConnection::establish(&url)
             .unwrap()
             .batch_execute(&sql)

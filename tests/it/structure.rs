@@ -187,7 +187,11 @@ fn each_owners_sql_names_only_its_own_tables() {
 #[test]
 fn only_config_reads_the_environment() {
     for needle in ["std::env::var", "env::var_os", "std::env::vars"] {
-        let bad = offenders(needle, &["config", "cli/generate.rs"]);
+        // The one unit test against PostgreSQL finds its server as tests/it does.
+        let bad = offenders(
+            needle,
+            &["config", "cli/generate.rs", "db/sql/statement/tests.rs"],
+        );
         assert!(
             bad.is_empty(),
             "only config reads the environment:\n{}",

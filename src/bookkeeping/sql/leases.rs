@@ -27,7 +27,7 @@ pub(crate) fn acquire_lease(
         plus_seconds(b, 4),
         now(b)
     );
-    let bind = |q: diesel::query_builder::SqlQuery| {
+    let bind = |q: crate::db::sql::Sql| {
         prepared(
             q.bind::<Text, _>(key.source.as_str())
                 .bind::<Text, _>(key.kind.as_str())

@@ -10,7 +10,7 @@ pub(crate) fn start_run(conn: &mut Conn, key: &Key, mode: Mode) -> diesel::Query
          WHERE source = $1 AND kind = $2 AND account = $3 AND status = 'running'";
     const INSERT: &str = "INSERT INTO reconcile_runs (source, kind, mode, status, account) VALUES ($1, $2, $4, 'running', $3) RETURNING id";
     let b = conn.backend();
-    let insert = |q: diesel::query_builder::SqlQuery| {
+    let insert = |q: crate::db::sql::Sql| {
         prepared(
             q.bind::<Text, _>(key.source.as_str())
                 .bind::<Text, _>(key.kind.as_str())

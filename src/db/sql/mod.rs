@@ -10,55 +10,13 @@
 //! `IS DISTINCT FROM`, clock functions) the statement says so with a `match`.
 //! Statements never contain a literal `$`.
 
-use diesel::backend::Backend as DieselBackend;
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId, SqlQuery};
-use diesel::sql_query;
+mod statement;
+
 use diesel::sql_types::{BigInt, Text};
 
 use crate::config::Backend;
 
-/// A statement written with `$n` placeholders, ready for `backend`.
-pub(crate) fn query(backend: Backend, sql: &str) -> SqlQuery {
-    match backend {
-        Backend::Postgres => sql_query(sql),
-        Backend::Sqlite => sql_query(sql.replace('$', "?")),
-    }
-}
-
-/// Marks a statement built by [`query`] whose text never depends on its arguments
-/// (arrays instead of lists of placeholders): each connection then prepares it once and
-/// afterwards only binds and executes it. diesel never caches a `sql_query` (it cannot
-/// know that the text is fixed), and parsing and planning the webhook path's ten
-/// statements every time was much of PostgreSQL's work per delivery. A text built from
-/// a number of rows must not come here: the cache is per connection and unbounded.
-pub(crate) fn prepared<Q>(query: Q) -> Prepared<Q> {
-    Prepared(query)
-}
-
-/// A query diesel keeps prepared on its connection, keyed by its text (see [`prepared`]).
-pub(crate) struct Prepared<Q>(Q);
-
-impl<Q: QueryFragment<DB>, DB: DieselBackend> QueryFragment<DB> for Prepared<Q> {
-    fn walk_ast<'b>(&'b self, pass: AstPass<'_, 'b, DB>) -> diesel::QueryResult<()> {
-        self.0.walk_ast(pass)
-    }
-
-    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> diesel::QueryResult<bool> {
-        Ok(true)
-    }
-}
-
-impl<Q> QueryId for Prepared<Q> {
-    type QueryId = ();
-    // Keyed by its SQL text, not by its Rust type: one type serves many texts.
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Q: Query> Query for Prepared<Q> {
-    type SqlType = Q::SqlType;
-}
-
-impl<Q, C> diesel::RunQueryDsl<C> for Prepared<Q> {}
+pub(crate) use statement::{Sql, prepared, query};
 
 /// The database clock's "now", as each backend stores timestamps.
 pub(crate) fn now(backend: Backend) -> &'static str {

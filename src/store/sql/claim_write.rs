@@ -19,7 +19,7 @@ use super::resources::{RESOURCE_COLUMNS, conflict_clause};
 use crate::change::tie::Guard;
 use crate::change::{Change, Origin, ResourceKey};
 use crate::config::{Action, Backend};
-use crate::db::sql::prepared;
+use crate::db::sql::{prepared, query};
 use crate::store::Outcome;
 
 /// One event of the group: its claim and, if mapped, its change with the rank of its
@@ -120,7 +120,7 @@ pub(crate) fn claim_and_write(
         .collect();
     let ranks: Vec<Option<i32>> = events.iter().map(|e| e.change.map(|(_, r)| r)).collect();
     prepared(
-        diesel::sql_query(statement())
+        query(Backend::Postgres, &statement())
             .bind::<Array<Text>, _>(sources)
             .bind::<Array<Text>, _>(ids)
             .bind::<Array<Text>, _>(types)

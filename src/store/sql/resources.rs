@@ -136,7 +136,7 @@ pub(crate) fn upsert_many(
                 .map(|(ch, _)| ch.state.as_deref().map(crate::change::state_digest))
                 .collect();
             prepared(
-                diesel::sql_query(upsert_arrays_sql(guard))
+                query(Backend::Postgres, &upsert_arrays_sql(guard))
                     .bind::<Array<Text>, _>(sources)
                     .bind::<Array<Text>, _>(accounts)
                     .bind::<Array<Text>, _>(kinds)
@@ -332,7 +332,7 @@ fn rows_by_id(
             let mut seen = std::collections::HashSet::with_capacity(ids.len());
             let unique: Vec<&str> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
             prepared(
-                diesel::sql_query(format!(
+                query(Backend::Postgres, &format!(
                     "SELECT r.* FROM unnest($4::text[]) AS u(id) CROSS JOIN LATERAL \
                      (SELECT {columns} FROM resources WHERE source = $1 AND account = $2 AND kind = $3 AND id = u.id LIMIT 1) r"
                 ))

@@ -9,7 +9,7 @@
 #             feed_sequence_pass: lock change_seq, move the committed pending rows found
 #             through the primary key; 1 ms between passes after one that numbered more
 #             than one), as `serve`'s passes run while writers commit, and a loop vacuuming
-#             change_pending every 10 s as the outbox does. Each round ends with a last
+#             change_pending every 2 s as the outbox does. Each round ends with a last
 #             pass; nothing may be left pending, and every change is numbered once,
 #             gap-free.
 #   no-feed   the same upsert with the trigger disabled and no pass: the least a write
@@ -47,8 +47,8 @@ printf '\\set id random(1, 100000)\n\\set c random(1, 1000)\nBEGIN;\n%s\nCOMMIT;
 # than one change the next begins 1 ms later (outbox's GATHER; GATHER_MS to try another).
 pass="SELECT feed_sequence_pass(50000) AS n"
 printf '%s \\gset\n\\if :n > 1\n\\sleep %s ms\n\\endif\n' "$pass" "$GATHER_MS" > "$work/pass.sql"
-# The product vacuums change_pending at most every 10 s (feed::outbox).
-vacuum_loop() { while [ ! -e "$work/stop" ]; do psql "$PG/$db" -qc "VACUUM (SKIP_LOCKED) change_pending, change_seq" >/dev/null 2>&1; sleep 10; done; }
+# The product vacuums change_pending at most every 2 s (feed::outbox).
+vacuum_loop() { while [ ! -e "$work/stop" ]; do psql "$PG/$db" -qc "VACUUM (SKIP_LOCKED) change_pending, change_seq" >/dev/null 2>&1; sleep 2; done; }
 
 psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null 2>&1
 printf '[database]\nurl = "%s"\n' "$PG/$db" > "$work/c.toml"

@@ -44,6 +44,7 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         super::open_migrated(&config).await?
     };
     let store = Store::new(db.clone());
+    let outbox = store.outbox().clone();
     if !args.dry_run {
         // What a killed process committed and never numbered reaches the feed now.
         store.outbox().sequence_leftovers().await?;
@@ -164,6 +165,15 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
         crate::reconcile::fetches::Fetcher::new(reconciler.clone())
             .drain(FETCH_DRAIN)
             .await;
+    }
+    // The runs' pages asked for passes without waiting for them; their changes reach
+    // the feed before this process exits, not at the next process's pass.
+    match outbox.flush().await {
+        // The rows those passes left dead, which a run's own vacuum may have come before.
+        Ok(()) => outbox.vacuum().await,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not number this run's changes; they are kept and the next pass of any process numbers them")
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

@@ -27,6 +27,7 @@ both_backends!(
     every_write_that_changes_a_resource_appends_one_change_and_no_op_none,
     a_transaction_held_open_never_lets_a_reader_skip_its_change,
     concurrent_writers_never_let_a_reader_skip_a_seq,
+    writes_that_only_request_their_pass_are_each_numbered_once_by_the_flush,
     a_consumer_that_fails_for_a_while_gets_every_change_in_per_resource_order,
     two_replicas_push_each_change_once_through_one_pusher,
     a_consumer_gets_only_the_sources_and_kinds_it_asked_for,
@@ -99,7 +100,8 @@ async fn every_write_that_changes_a_resource_appends_one_change_and_no_op_none(b
     delete.state = None;
     assert_eq!(deliver(&store, "e6", Some(delete)).await, Outcome::Applied);
     assert_eq!(changes(), 2, "a delete event's tombstone");
-    // Reconcile path: applied, equal, newer version with the same state.
+    // Reconcile path: applied, equal, newer version with the same state. Its writes
+    // only request their pass; a flush waits for it.
     assert_eq!(
         store
             .apply_batch(vec![order("o2", 1, "paid")])
@@ -108,6 +110,7 @@ async fn every_write_that_changes_a_resource_appends_one_change_and_no_op_none(b
             .len(),
         1
     );
+    store.outbox().flush().await.unwrap();
     assert_eq!(changes(), 3);
     store
         .apply_batch(vec![order("o2", 1, "paid")])
@@ -121,6 +124,7 @@ async fn every_write_that_changes_a_resource_appends_one_change_and_no_op_none(b
             .len(),
         1
     );
+    store.outbox().flush().await.unwrap();
     assert_eq!(
         changes(),
         3,
@@ -290,6 +294,35 @@ async fn a_transaction_held_open_never_lets_a_reader_skip_its_change(b: Backend)
         "numbered in visibility order: after what a reader had already seen"
     );
     assert!(all.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    assert_eq!(db.count("change_pending"), 0);
+}
+
+/// A reconcile write returns before its pass (`Outbox::request`): 8 writers side by
+/// side, then one flush, and every change is numbered once, gap-free, none left pending.
+async fn writes_that_only_request_their_pass_are_each_numbered_once_by_the_flush(b: Backend) {
+    let db = TestDb::new(b);
+    let store = store_on(&db).await;
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..60 {
+                    let id = format!("r{w}-{}", i % 7);
+                    let written = store
+                        .apply_batch(vec![order(&id, i + 1, &format!("s{i}"))])
+                        .await
+                        .unwrap();
+                    assert_eq!(written.len(), 1);
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    store.outbox().flush().await.unwrap();
+    assert_eq!(db.count("changes"), 480);
+    assert_eq!(db.scalar("SELECT MAX(seq) AS n FROM changes"), 480);
     assert_eq!(db.count("change_pending"), 0);
 }
 
@@ -943,4 +976,53 @@ async fn on_postgres_the_pass_writes_nothing_idle_waits_its_turn_and_refuses_rep
         refused.contains("READ COMMITTED"),
         "the refusal does not name the isolation it needs: {refused}"
     );
+}
+
+/// A write that only requests its pass returns while the pass cannot run (another
+/// transaction holds the lock of `change_seq`), and `flush` returns only once that pass
+/// has numbered the change: what a one-shot `reconcile` relies on before it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_write_returns_before_its_pass_and_flush_waits_for_it() {
+    use diesel::connection::SimpleConnection;
+    use diesel::{Connection, PgConnection};
+    let db = TestDb::new(Backend::Postgres);
+    let store = store_on(&db).await;
+    let mut holder = PgConnection::establish(&db.url).unwrap();
+    holder
+        .batch_execute("BEGIN; SELECT last FROM change_seq FOR UPDATE")
+        .unwrap();
+    let written = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.apply_batch(vec![order("w1", 1, "paid")]),
+    )
+    .await
+    .expect("the write waited for a pass that cannot run")
+    .unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!(db.count("change_pending"), 1);
+    let flush = {
+        let outbox = store.outbox().clone();
+        tokio::spawn(async move { outbox.flush().await })
+    };
+    // The flush's pass (or the write's) is waiting for the lock.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            db.count("pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%feed_sequence_pass%'") >= 1
+        })
+        .await,
+        "no pass waits for the lock of change_seq"
+    );
+    assert!(
+        !flush.is_finished(),
+        "flush returned before the change was numbered"
+    );
+    assert_eq!(db.count("changes"), 0);
+    holder.batch_execute("COMMIT").unwrap();
+    tokio::time::timeout(Duration::from_secs(10), flush)
+        .await
+        .expect("flush did not return after the lock was released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(db.count("change_pending"), 0);
+    assert_eq!(db.count("changes WHERE seq = 1 AND id = 'w1'"), 1);
 }

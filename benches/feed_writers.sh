@@ -14,6 +14,9 @@
 #             gap-free.
 #   no-feed   the same upsert with the trigger disabled and no pass: the least a write
 #             can do without the feed's promises
+# The sequencer here polls: between the writers' commit waves most of its passes find
+# nothing (at 8 writers 1,922 of 14,958 numbered anything). The product runs a pass only
+# when a writer that committed asks for one; benches/feed_commits.rs measures that path.
 # With WRITERS_ONLY=1 the feed rounds run no pass while the writers run (the last pass of
 # each round still numbers everything, and is checked): what the change row the contract
 # puts in the writer's transaction costs on its own, the ceiling of any way of numbering.

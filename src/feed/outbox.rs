@@ -126,16 +126,8 @@ impl Outbox {
     /// failed pass is logged, not returned: the write is committed, its changes are
     /// kept in `change_pending`, and the next pass of any process numbers them.
     pub async fn settle(&self, published: Published) {
-        if !published.0 {
-            return;
-        }
-        if self.db.backend() == Backend::Sqlite {
-            self.published.notify_waiters();
-            return;
-        }
-        let ticket = self.sequencer.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        if let Err(e) = self.pass(ticket).await {
-            tracing::warn!(error = %e, "could not number committed changes; they are kept and the next pass numbers them");
+        if let Some(ticket) = self.ticket(published) {
+            self.pass_logged(ticket).await;
         }
     }
 
@@ -146,20 +138,31 @@ impl Outbox {
     /// side by side, 0.39 of the commits/s without the feed (benches/feed_commits.rs).
     /// [`Outbox::flush`] waits for what was requested.
     pub fn request(&self, published: Published) {
+        if let Some(ticket) = self.ticket(published) {
+            let outbox = self.clone();
+            tokio::spawn(async move { outbox.pass_logged(ticket).await });
+        }
+    }
+
+    /// The ticket a committed write's pass must cover; `None` when no pass is needed
+    /// (nothing written, or SQLite, where the changes were numbered in the transaction
+    /// and the readers are woken here).
+    fn ticket(&self, published: Published) -> Option<u64> {
         if !published.0 {
-            return;
+            return None;
         }
         if self.db.backend() == Backend::Sqlite {
             self.published.notify_waiters();
-            return;
+            return None;
         }
-        let ticket = self.sequencer.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        let outbox = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = outbox.pass(ticket).await {
-                tracing::warn!(error = %e, "could not number committed changes; they are kept and the next pass numbers them");
-            }
-        });
+        Some(self.sequencer.requested.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    /// [`Outbox::pass`] for a write already committed: a failure is logged, not returned.
+    async fn pass_logged(&self, ticket: u64) {
+        if let Err(e) = self.pass(ticket).await {
+            tracing::warn!(error = %e, "could not number committed changes; they are kept and the next pass numbers them");
+        }
     }
 
     /// Returns once every change this process committed and published before the call

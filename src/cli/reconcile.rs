@@ -168,11 +168,14 @@ pub async fn run(config: Config, args: Args) -> anyhow::Result<ExitCode> {
     }
     // The runs' pages asked for passes without waiting for them; their changes reach
     // the feed before this process exits, not at the next process's pass.
-    match outbox.flush().await {
-        // The rows those passes left dead, which a run's own vacuum may have come before.
-        Ok(()) => outbox.vacuum().await,
-        Err(e) => {
-            tracing::warn!(error = %e, "could not number this run's changes; they are kept and the next pass of any process numbers them")
+    if !args.dry_run {
+        match outbox.flush().await {
+            // The rows those passes left dead, which a run's own vacuum may have come
+            // before.
+            Ok(()) => outbox.vacuum().await,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not number this run's changes; they are kept and the next pass of any process numbers them")
+            }
         }
     }
     if args.json {

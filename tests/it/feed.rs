@@ -1007,7 +1007,10 @@ async fn on_postgres_a_write_returns_before_its_pass_and_flush_waits_for_it() {
     // The flush's pass (or the write's) is waiting for the lock.
     assert!(
         eventually(Duration::from_secs(10), || async {
-            db.count("pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%feed_sequence_pass%'") >= 1
+            db.count(
+                "pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' AND query LIKE '%feed_sequence_pass%'",
+            ) >= 1
         })
         .await,
         "no pass waits for the lock of change_seq"

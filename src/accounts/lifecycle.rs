@@ -1,5 +1,6 @@
 //! The registry's own rules, below every caller: the one removal sequence
-//! ([`unregister`]: `accounts remove`, the admin API and Shopify's `shop/redact`) and
+//! ([`unregister`]: `accounts remove`, the admin API and Shopify's `shop/redact`), an
+//! uninstall the platform reports ([`uninstall`]), and
 //! what an account id may be ([`account_id_rule`]). The operator's door to accounts is
 //! `operations::accounts`.
 
@@ -15,7 +16,8 @@ pub struct Removed {
 }
 
 /// The one removal sequence (`accounts remove`, the admin API, Shopify's `shop/redact`):
-/// disabled first (no delivery writes a row of it meanwhile), its rows tombstoned (changes
+/// disabled first (no delivery writes a row of it meanwhile), its leases revoked (no run
+/// in flight writes another page), its rows tombstoned (changes
 /// appended) or, with `purge`, erased (`Store::purge_account`), its schedule and last
 /// successes forgotten, unregistered last (a failure halfway leaves it disabled, and
 /// removing again finishes the job). `None`: it was not registered.
@@ -26,22 +28,92 @@ pub async fn unregister(
     purge: bool,
 ) -> Result<Option<Removed>, DbError> {
     let registry = Accounts::new(store.db().clone());
-    if !registry.set_enabled(source, account, false).await? {
+    if !registry
+        .set_enabled(source, account, Some("being removed"))
+        .await?
+    {
         return Ok(None);
     }
+    // A run of the account in flight writes no page after this: none after the rows go.
+    let book = crate::bookkeeping::Bookkeeping::new(store.db().clone());
+    book.revoke_account_leases(source, account).await?;
     let rows = if purge {
         store.purge_account(source, account).await?
     } else {
         store.tombstone_account(source, account).await?
     };
-    crate::bookkeeping::Bookkeeping::new(store.db().clone())
-        .forget_account(source, account)
-        .await?;
+    book.forget_account(source, account).await?;
     registry.remove(source, account).await?;
     Ok(Some(Removed {
         rows,
         purged: purge,
     }))
+}
+
+/// A platform's word that `account` installed the app (GitHub `installation`
+/// `created`, Stripe `account.application.authorized`): registered, or enabled again,
+/// with the source's own credential (an App-minted token, the platform's key with the
+/// account's header; a credential it already has is kept), and its `kinds` due now.
+pub async fn register(
+    store: &Store,
+    source: &str,
+    account: &str,
+    kinds: Vec<String>,
+) -> Result<(), super::AddError> {
+    Accounts::new(store.db().clone())
+        .add(source, account, None, None)
+        .await?;
+    crate::bookkeeping::Bookkeeping::new(store.db().clone())
+        .due_now(source, account, kinds)
+        .await?;
+    Ok(())
+}
+
+/// A platform's word that `account` is suspended (`disabled_for` the reason: no run, no
+/// fetch, rows kept) or resumed (`None`: enabled, its `kinds` due now). False when it is
+/// not registered.
+pub async fn suspend_or_resume(
+    store: &Store,
+    source: &str,
+    account: &str,
+    disabled_for: Option<&str>,
+    kinds: Vec<String>,
+) -> Result<bool, DbError> {
+    let registry = Accounts::new(store.db().clone());
+    if !registry.set_enabled(source, account, disabled_for).await? {
+        return Ok(false);
+    }
+    let book = crate::bookkeeping::Bookkeeping::new(store.db().clone());
+    match disabled_for {
+        Some(_) => book.unschedule_account(source, account).await?,
+        None => book.due_now(source, account, kinds).await?,
+    }
+    Ok(true)
+}
+
+/// A platform's word that `account` uninstalled the app (Shopify `app/uninstalled`):
+/// disabled with the reason (`accounts list` shows it, and since when), its schedule
+/// forgotten (no run, no fetch: its token no longer works), its rows kept until its
+/// erasure; `event_id` is recorded as the uninstall a later `shop/redact` may follow.
+/// False when it is not registered.
+pub async fn uninstall(
+    store: &Store,
+    source: &str,
+    account: &str,
+    reason: &str,
+    event_id: &str,
+) -> Result<bool, DbError> {
+    let registry = Accounts::new(store.db().clone());
+    if !registry
+        .uninstall(source, account, reason, event_id)
+        .await?
+    {
+        return Ok(false);
+    }
+    crate::bookkeeping::Bookkeeping::new(store.db().clone())
+        .unschedule_account(source, account)
+        .await?;
+    Ok(true)
 }
 
 /// Whether `account` may be registered: an id (non-empty, at most 1,024 bytes, no NUL),

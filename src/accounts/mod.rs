@@ -294,23 +294,68 @@ impl Accounts {
         self.db.read(move |c| sql::list(c, &s)).await
     }
 
+    /// Whether `account` of `source` is enabled, and its own base URL; `None`: not
+    /// registered. Nothing is opened.
+    pub async fn enabled_base(
+        &self,
+        source: &str,
+        account: &str,
+    ) -> Result<Option<(bool, Option<String>)>, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        let row = self.db.read(move |c| sql::access(c, &s, &a)).await?;
+        Ok(row.map(|r| (r.enabled, r.api_base)))
+    }
+
     /// Whether deliveries for `account` of `source` are applied.
     pub async fn is_enabled(&self, source: &str, account: &str) -> Result<bool, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
         self.db.read(move |c| sql::is_enabled(c, &s, &a)).await
     }
 
-    /// Enables or disables an account; false when it is not registered.
+    /// Enables an account (`disabled_for` `None`), or disables it and says why (shown
+    /// by `accounts list` with the time); false when it is not registered.
     pub async fn set_enabled(
         &self,
         source: &str,
         account: &str,
-        enabled: bool,
+        disabled_for: Option<&str>,
     ) -> Result<bool, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
+        let reason = disabled_for.map(String::from);
         self.db
-            .write(move |c| sql::set_enabled(c, &s, &a, enabled))
+            .write(move |c| sql::set_enabled(c, &s, &a, reason.as_deref()))
             .await
+    }
+
+    /// Disables an account the platform says uninstalled the app, naming the delivery
+    /// that said so; false when it is not registered.
+    pub async fn uninstall(
+        &self,
+        source: &str,
+        account: &str,
+        reason: &str,
+        event_id: &str,
+    ) -> Result<bool, DbError> {
+        let (s, a, r, e) = (
+            source.to_string(),
+            account.to_string(),
+            reason.to_string(),
+            event_id.to_string(),
+        );
+        self.db
+            .write(move |c| sql::uninstall(c, &s, &a, &r, &e))
+            .await
+    }
+
+    /// The delivery that uninstalled `account` since its last registration (`None`:
+    /// not registered; `Some(None)`: installed now).
+    pub async fn uninstalled_by(
+        &self,
+        source: &str,
+        account: &str,
+    ) -> Result<Option<Option<String>>, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.db.read(move |c| sql::uninstalled_by(c, &s, &a)).await
     }
 
     /// Removes an account from the registry; false when it was not registered.

@@ -23,6 +23,12 @@ pub struct AccountRow {
     pub has_credential: bool,
     #[diesel(sql_type = Text)]
     pub created_at: String,
+    /// Why a disabled account is disabled (an operator, `app/uninstalled`, a
+    /// suspension), and since when.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub disabled_reason: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub disabled_since: Option<String>,
 }
 
 /// How the daemon reaches one account's API.
@@ -51,6 +57,7 @@ pub(crate) fn add(
         b,
         "INSERT INTO accounts (source, account, api_base, credential) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (source, account) DO UPDATE SET enabled = TRUE, \
+             disabled_reason = NULL, disabled_at = NULL, uninstalled_by = NULL, \
              api_base = COALESCE(excluded.api_base, accounts.api_base), \
              credential = COALESCE(excluded.credential, accounts.credential)",
     );
@@ -132,9 +139,10 @@ pub(crate) fn list(conn: &mut Conn, source: &str) -> diesel::QueryResult<Vec<Acc
         b,
         &format!(
             "SELECT source, account, enabled, api_base, credential IS NOT NULL AS has_credential, \
-             {} AS created_at FROM accounts \
+             {} AS created_at, disabled_reason, {} AS disabled_since FROM accounts \
              WHERE $1 = '' OR source = $1 ORDER BY source, account",
-            display_time(b, "created_at")
+            display_time(b, "created_at"),
+            display_time(b, "disabled_at")
         ),
     );
     on_conn!(conn, c => q.bind::<Text, _>(source).load(c))
@@ -161,23 +169,84 @@ pub(crate) fn is_enabled(
     Ok(r.n > 0)
 }
 
-/// Enables or disables an account; false when it is not registered.
+/// Enables an account (`reason` `None`) or disables it for `reason`, from now; false
+/// when it is not registered.
 pub(crate) fn set_enabled(
     conn: &mut Conn,
     source: &str,
     account: &str,
-    enabled: bool,
+    reason: Option<&str>,
 ) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
     let q = query(
-        conn.backend(),
-        "UPDATE accounts SET enabled = $3 WHERE source = $1 AND account = $2",
+        b,
+        &format!(
+            "UPDATE accounts SET enabled = $3, disabled_reason = $4, \
+             disabled_at = CASE WHEN $3 THEN NULL ELSE {} END \
+             WHERE source = $1 AND account = $2",
+            crate::db::sql::now(b)
+        ),
     );
     let n = on_conn!(conn, c => q
         .bind::<Text, _>(source)
         .bind::<Text, _>(account)
-        .bind::<Bool, _>(enabled)
+        .bind::<Bool, _>(reason.is_none())
+        .bind::<Nullable<Text>, _>(reason)
         .execute(c))?;
     Ok(n == 1)
+}
+
+/// Disables an account because the platform said it uninstalled the app, and records
+/// which delivery said so (the uninstall a later erasure follows); false when it is not
+/// registered.
+pub(crate) fn uninstall(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    reason: &str,
+    event_id: &str,
+) -> diesel::QueryResult<bool> {
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "UPDATE accounts SET enabled = FALSE, disabled_reason = $3, disabled_at = {}, \
+             uninstalled_by = $4 WHERE source = $1 AND account = $2",
+            crate::db::sql::now(b)
+        ),
+    );
+    let n = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(account)
+        .bind::<Text, _>(reason)
+        .bind::<Text, _>(event_id)
+        .execute(c))?;
+    Ok(n == 1)
+}
+
+/// The delivery that uninstalled a registered account since its last registration:
+/// `None` when not registered, `Some(None)` when installed.
+pub(crate) fn uninstalled_by(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<Option<Option<String>>> {
+    use diesel::OptionalExtension;
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Nullable<Text>)]
+        uninstalled_by: Option<String>,
+    }
+    let q = query(
+        conn.backend(),
+        "SELECT uninstalled_by FROM accounts WHERE source = $1 AND account = $2",
+    );
+    let row: Option<Row> = on_conn!(conn, c => q
+        .bind::<Text, _>(source)
+        .bind::<Text, _>(account)
+        .get_result(c)
+        .optional())?;
+    Ok(row.map(|r| r.uninstalled_by))
 }
 
 /// Removes an account from the registry; false when it was not registered.

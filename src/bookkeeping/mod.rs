@@ -318,6 +318,19 @@ impl Bookkeeping {
             .await
     }
 
+    /// Revokes every lease of `account` (it is being erased or removed): a run of it in
+    /// flight writes no further page.
+    pub async fn revoke_account_leases(
+        &self,
+        source: &str,
+        account: &str,
+    ) -> Result<usize, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.db
+            .write(move |c| sql::revoke_account_leases(c, &s, &a))
+            .await
+    }
+
     /// Gives the lease up (if it is still ours).
     pub async fn release_lease(&self, key: &Key) -> Result<(), DbError> {
         let (k, me) = (key.clone(), self.holder.clone());

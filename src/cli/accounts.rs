@@ -87,11 +87,17 @@ pub(super) async fn accounts(config: &Config, action: AccountsAction) -> anyhow:
             } else {
                 println!("SOURCE\tACCOUNT\tSTATE\tAPI BASE\tCREDENTIAL\tADDED");
                 for r in &rows {
+                    let state = match (r.enabled, &r.disabled_reason, &r.disabled_since) {
+                        (true, _, _) => "enabled".to_string(),
+                        (false, Some(why), Some(since)) => format!("disabled ({why}, since {since})"),
+                        (false, Some(why), None) => format!("disabled ({why})"),
+                        (false, None, _) => "disabled".to_string(),
+                    };
                     println!(
                         "{}\t{}\t{}\t{}\t{}\t{}",
                         r.source,
                         r.account,
-                        if r.enabled { "enabled" } else { "disabled" },
+                        state,
                         r.api_base.as_deref().unwrap_or("-"),
                         if r.has_credential { "own-credential" } else { "source-credential" },
                         r.created_at

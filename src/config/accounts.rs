@@ -19,6 +19,9 @@ pub struct AccountsConfig {
     pub app: Option<GithubApp>,
     /// Account-kinds one process reconciles at once.
     pub concurrency: usize,
+    /// Whether the platform's lifecycle webhooks (Shopify `app/uninstalled`, GitHub
+    /// `installation`, Stripe `account.application.*`) drive the registry.
+    pub lifecycle: bool,
     /// Where an account's own base may point (`accounts add --api-base`, the admin API,
     /// the database): checked where it is set and again before every request.
     pub api_bases: Vec<crate::config::base_prefix::BasePrefix>,

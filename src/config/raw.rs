@@ -193,6 +193,9 @@ pub struct RawSourceAccounts {
     /// Where an account's own `api_base` may point: prefixes, `*` one host label or the
     /// port (default: the preset's sender and the source's own `api_base`).
     pub api_bases: Option<Vec<String>>,
+    /// Whether the platform's lifecycle webhooks drive the registry (installed,
+    /// uninstalled, suspended; default: true for a preset, false otherwise).
+    pub lifecycle: Option<bool>,
 }
 
 /// `[accounts]`: settings of every many-account source.

@@ -66,6 +66,24 @@ pub fn erase_account_states(
     sql::erase_account_states(conn, source, account)
 }
 
+/// Blanks the states of named resources' kept changes (one account and kind), in the
+/// caller's transaction.
+pub fn erase_resource_states(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    kind: &str,
+    ids: &[&str],
+) -> diesel::QueryResult<usize> {
+    sql::erase_resource_states(conn, source, account, kind, ids)
+}
+
+/// Labels an erasure's changes `erasure`, in its transaction, before [`publish`] (SQLite;
+/// on PostgreSQL the tombstones carry it).
+pub fn label_erasure(conn: &mut Conn) -> diesel::QueryResult<usize> {
+    sql::label_erasure(conn)
+}
+
 /// Numbers committed changes and wakes the feed's readers. Cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {

@@ -494,6 +494,63 @@ pub(crate) fn set_consumer_position(
     Ok(())
 }
 
+/// Blanks the state of the kept changes of named resources of one account and kind (a
+/// customer's data must go), numbered or pending; seqs stay.
+pub(crate) fn erase_resource_states(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    kind: &str,
+    ids: &[&str],
+) -> diesel::QueryResult<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let b = conn.backend();
+    if b == Backend::Postgres {
+        // As for an account: no pass moves a change of these resources meanwhile.
+        let q = query(b, LOCK_SEQ_SQL);
+        on_conn!(conn, c => q.get_result::<Count>(c))?;
+    }
+    let mut blanked = 0;
+    for table in ["changes", "change_pending"] {
+        let q = query(
+            b,
+            &format!(
+                "UPDATE {table} SET state = NULL WHERE source = $1 AND account = $2 AND kind = $3 \
+                 AND state IS NOT NULL AND id IN ({})",
+                crate::db::sql::in_list(4, ids.len())
+            ),
+        );
+        blanked += on_conn!(conn, c => {
+            let mut q = q
+                .into_boxed()
+                .bind::<Text, _>(source)
+                .bind::<Text, _>(account)
+                .bind::<Text, _>(kind);
+            for id in ids {
+                q = q.bind::<Text, _>(*id);
+            }
+            q.execute(c)
+        })?;
+    }
+    Ok(blanked)
+}
+
+/// SQLite: labels the transaction's pending changes `erasure` (on SQLite every pending
+/// row is the running transaction's: each write numbers its own before it commits).
+/// PostgreSQL's tombstones carry the origin themselves.
+pub(crate) fn label_erasure(conn: &mut Conn) -> diesel::QueryResult<usize> {
+    let Conn::Sqlite(c) = conn else {
+        return Ok(0);
+    };
+    query(
+        Backend::Sqlite,
+        "UPDATE change_pending SET origin = 'erasure' WHERE deleted AND state IS NULL",
+    )
+    .execute(c)
+}
+
 /// Blanks the state of every kept change of one account (its data must go: purge,
 /// `shop/redact`). Seqs stay, so the feed has no gap; a consumer that has not read them
 /// yet gets the changes without their states.

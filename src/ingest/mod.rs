@@ -10,6 +10,9 @@
 //! vouches that the event is authentic.
 
 pub mod envelope;
+mod lifecycle;
+
+pub use lifecycle::DATA_REQUEST_KIND;
 
 use std::collections::HashMap;
 
@@ -19,9 +22,6 @@ use crate::config::{Scheme, SourceConfig};
 use crate::db::{DbError, ErrorClass};
 use crate::store::{Delivery, Kept, NewDeadLetter, Outcome, Store};
 use envelope::{Envelope, KindMapping};
-
-/// Shopify's mandatory privacy topic: erase a shop's data.
-const SHOP_REDACT: &str = "shop/redact";
 
 /// The account a signed body names at the source's `accounts.from` pointer: none
 /// (absent or null: the sender's own account), a string id, or a non-negative integer
@@ -37,6 +37,16 @@ fn account_named(value: Option<&serde_json::Value>) -> Result<Option<String>, &'
     crate::change::limits::check_id(&text)
         .map_err(|_| "is not a valid id (empty, over 1,024 bytes or with NUL)")?;
     Ok(Some(text))
+}
+
+/// The repository `OWNER/REPO` a GitHub base URL lists (`.../repos/OWNER/REPO`), in
+/// lower case (GitHub's names are case-insensitive); `None` for a base naming none.
+fn repository_of_base(base: &str) -> Option<String> {
+    let (_, rest) = base.split_once("/repos/")?;
+    let mut parts = rest.trim_end_matches('/').split('/');
+    let (owner, repo) = (parts.next()?, parts.next()?);
+    (!owner.is_empty() && !repo.is_empty() && parts.next().is_none())
+        .then(|| format!("{owner}/{repo}").to_ascii_lowercase())
 }
 
 /// Longest reason kept with a dead letter.
@@ -82,6 +92,16 @@ pub struct Ingest {
     /// unsigned header does, Shopify's shop), and the registry that says whether it is
     /// served.
     accounts: Option<(Option<String>, Accounts)>,
+    /// `accounts.lifecycle`: the platform's lifecycle webhooks drive the registry.
+    lifecycle: bool,
+    /// The source's kinds by name (what a customer's redaction erases).
+    kinds: Vec<String>,
+    /// The kinds reconciled per account (due now when a platform installs one).
+    reconciled: Vec<String>,
+    /// The source's own API base (a GitHub source's repository, when no account has
+    /// one of its own).
+    api_base: Option<String>,
+    preset: Option<crate::config::Preset>,
 }
 
 impl Ingest {
@@ -115,6 +135,11 @@ impl Ingest {
             store,
             dead_letters_max_bytes: source.dead_letters_max_bytes,
             accounts,
+            lifecycle: source.accounts.as_ref().is_some_and(|a| a.lifecycle),
+            kinds: source.kinds.iter().map(|k| k.name.clone()).collect(),
+            reconciled: source.reconciled_kinds().map(|k| k.name.clone()).collect(),
+            api_base: source.api_base.clone(),
+            preset: source.preset,
         }
     }
 
@@ -167,11 +192,18 @@ impl Ingest {
         body: &[u8],
         body_digest: Option<String>,
     ) -> Result<Ingested, Refusal> {
-        if self.scheme == Scheme::Shopify
-            && env.event_type == SHOP_REDACT
-            && self.accounts.is_some()
-        {
-            return self.redact_shop(env, body, body_digest).await;
+        if self.scheme == Scheme::Shopify && self.accounts.is_some() {
+            if let Some(topic) = lifecycle::Topic::of(&env.event_type) {
+                return self.shopify_topic(topic, env, body_digest).await;
+            }
+        }
+        if self.lifecycle {
+            let action = env.doc.get("action").and_then(|a| a.as_str());
+            if let Some(change) = lifecycle::platform_event(&self.scheme, &env.event_type, action) {
+                return self
+                    .platform_lifecycle(change, env, body, body_digest)
+                    .await;
+            }
         }
         let mapping = self.mapping(&env);
         let settle_conflict = mapping.is_some_and(|m| m.has_get);
@@ -212,7 +244,7 @@ impl Ingest {
             match account_named(env.doc.pointer(from)) {
                 Ok(None) => {}
                 Ok(Some(a)) => {
-                    if registry.is_enabled(&self.source, &a).await? {
+                    if self.serves(registry, &a, &env).await? {
                         c.account = a;
                     } else {
                         change = None;
@@ -257,67 +289,51 @@ impl Ingest {
         }
     }
 
-    /// Shopify's `shop/redact` (48 hours after a shop uninstalled the app): the event is
-    /// claimed, then the shop its signed body names is purged — its rows deleted, its
-    /// schedule forgotten, its registration removed. Claimed first, so a captured body
-    /// replayed after the shop installed the app again is a duplicate and purges nothing
-    /// (the claim covers the body's digest); a purge that fails after the claim is logged
-    /// with the command that finishes it.
-    async fn redact_shop(
+    /// Whether a delivery for `account` is applied: the account is registered and
+    /// enabled, and, for a GitHub App installation listed through one repository's base
+    /// (`https://api.github.com/repos/OWNER/REPO`), the signed body's
+    /// `repository.full_name` is that repository. An installation covering several
+    /// repositories sends deliveries for each; keyed by number alone, another
+    /// repository's #7 would overwrite this one's, so it is `ignored` (logged).
+    async fn serves(
         &self,
-        env: Envelope,
-        body: &[u8],
-        body_digest: Option<String>,
-    ) -> Result<Ingested, Refusal> {
-        let shop = match env.doc.pointer("/shop_domain") {
-            Some(serde_json::Value::String(s)) if crate::change::limits::check_id(s).is_ok() => {
-                s.clone()
-            }
-            _ => {
-                let reason = "shop/redact without a shop_domain string".to_string();
-                return Err(self
-                    .dead_letter(env, reason, body, body_digest.as_deref())
-                    .await);
-            }
+        registry: &Accounts,
+        account: &str,
+        env: &Envelope,
+    ) -> Result<bool, Refusal> {
+        let Some((enabled, own_base)) = registry.enabled_base(&self.source, account).await? else {
+            return Ok(false);
         };
-        let claimed = self
-            .store
-            .apply_event(Delivery {
-                source: self.source.clone(),
-                event_id: env.id.clone(),
-                event_type: env.event_type.clone(),
-                change: None,
-                fetch: None,
-                settle_conflict: false,
-                body_digest: body_digest.clone(),
-            })
-            .await;
-        match claimed {
-            Ok(Outcome::Ignored) => {}
-            Ok(outcome) => return Ok((outcome, None)),
-            Err(e) => {
-                return Err(self
-                    .database_refused(e, env, body, body_digest.as_deref())
-                    .await);
-            }
+        if !enabled {
+            return Ok(false);
         }
-        let purged =
-            crate::accounts::lifecycle::unregister(&self.store, &self.source, &shop, true).await;
-        match purged {
-            Ok(Some(crate::accounts::lifecycle::Removed { rows, .. })) => {
-                tracing::info!(
+        if self.scheme != Scheme::Github {
+            return Ok(true);
+        }
+        let Some(listed) = own_base
+            .as_deref()
+            .or(self.api_base.as_deref())
+            .and_then(repository_of_base)
+        else {
+            return Ok(true);
+        };
+        match env
+            .doc
+            .pointer("/repository/full_name")
+            .and_then(|r| r.as_str())
+        {
+            Some(named) if !named.eq_ignore_ascii_case(&listed) => {
+                tracing::warn!(
                     source = self.source,
-                    account = shop,
-                    rows,
-                    "shop/redact: the shop's rows were deleted and the shop unregistered"
+                    account,
+                    event_id = env.id,
+                    repository = named,
+                    listed,
+                    "a delivery for a repository this installation's base does not list was ignored (one repository per installation: give another repository an installation of its own)"
                 );
-                Ok((Outcome::Applied, None))
+                Ok(false)
             }
-            Ok(None) => Ok((Outcome::Ignored, None)),
-            Err(e) => {
-                tracing::error!(source = self.source, account = shop, error = %e, "shop/redact was claimed but the purge failed; finish it with `webhook-reconciler accounts remove {} {shop} --purge`", self.source);
-                Err(Refusal::Unavailable(e))
-            }
+            _ => Ok(true),
         }
     }
 
@@ -406,5 +422,28 @@ impl Ingest {
             },
             Err(e) => Refusal::Unavailable(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::repository_of_base;
+
+    #[test]
+    fn a_github_base_names_the_repository_it_lists() {
+        assert_eq!(
+            repository_of_base("https://api.github.com/repos/Acme/Shop").as_deref(),
+            Some("acme/shop")
+        );
+        assert_eq!(
+            repository_of_base("http://127.0.0.1:9/repos/acme/shop/").as_deref(),
+            Some("acme/shop")
+        );
+        assert_eq!(repository_of_base("https://api.github.com"), None);
+        assert_eq!(
+            repository_of_base("https://api.github.com/repos/acme"),
+            None
+        );
+        assert_eq!(repository_of_base("https://x/repos/acme/shop/issues"), None);
     }
 }

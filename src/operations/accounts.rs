@@ -144,7 +144,11 @@ impl Operations {
         self.check_account(source, Some(account))?;
         if !self
             .registry()
-            .set_enabled(source, account, enabled)
+            .set_enabled(
+                source,
+                account,
+                (!enabled).then_some("disabled by an operator"),
+            )
             .await?
         {
             return Err(not_registered(source, account));

@@ -249,9 +249,22 @@ fn write_fetched(
     fetched
         .iter()
         .map(|(f, c, _)| {
-            fetches::finish(conn, f)?;
-            Ok(c.as_ref()
-                .is_some_and(|c| written.contains(&c.key().to_owned())))
+            let pending = fetches::finish(conn, f)?;
+            let wrote = c
+                .as_ref()
+                .is_some_and(|c| written.contains(&c.key().to_owned()));
+            if wrote && !pending {
+                // Erased (or its account removed) while it ran: the write would bring
+                // the erased data back. The group rolls back; alone, this fetch ends.
+                return Err(diesel::result::Error::QueryBuilderError(
+                    format!(
+                        "the pending fetch of {}/{} {} {} was erased while it ran; its write is dropped",
+                        f.source, f.account, f.kind, f.id
+                    )
+                    .into(),
+                ));
+            }
+            Ok(wrote)
         })
         .collect()
 }

@@ -459,6 +459,21 @@ impl Store {
     }
 }
 
+/// Event types whose claims retention never prunes: the lifecycle and erasure events
+/// (SPEC "Erasure that cannot be replayed or forged"). Their bodies are the same every
+/// time for an account, so a claim pruned would let a captured body act again. A
+/// constant list, written into the prune's text (no value from a row or a request).
+pub const NEVER_PRUNED: &[&str] = &[
+    "app/uninstalled",
+    "shop/redact",
+    "customers/redact",
+    "customers/data_request",
+    "installation",
+    "installation_repositories",
+    "account.application.authorized",
+    "account.application.deauthorized",
+];
+
 impl Store {
     /// Marks deleted every live row of `account` of `source` (the account was removed):
     /// each becomes a change in the feed. Its pending fetches go. Returns how many rows.
@@ -480,21 +495,60 @@ impl Store {
     }
 
     /// Erases `account` of `source` (its data must go), in one transaction: each live row
-    /// becomes a change `deleted: true` without state, so every consumer learns what to
-    /// erase; the states of the account's earlier changes still kept are blanked (seqs
-    /// stay); then its rows, pending fetches and the dead letters kept for it are
-    /// deleted. Returns how many rows were deleted.
+    /// becomes a change `deleted: true` without state (`origin = "erasure"`), so every
+    /// consumer learns what to erase; its rows, pending fetches and the dead letters kept
+    /// for it are deleted; last, the states of the account's changes still kept are
+    /// blanked (seqs stay). Returns how many rows were deleted.
     pub async fn purge_account(&self, source: &str, account: &str) -> Result<usize, DbError> {
         let (s, a) = (source.to_string(), account.to_string());
         let (rows, published) = self
             .db
             .write(move |conn| {
-                outbox::erase_account_states(conn, &s, &a)?;
                 let erased = sql::tombstone_account(conn, &s, &a, true)?;
                 let rows = sql::purge_account(conn, &s, &a)?;
                 sql::fetches::forget_account(conn, &s, &a)?;
                 sql::forget_dead_letters_of_account(conn, &s, &a)?;
+                // After the rows are locked and gone: a writer that committed a change
+                // of the account before this transaction took its rows is blanked too.
+                outbox::erase_account_states(conn, &s, &a)?;
+                outbox::label_erasure(conn)?;
                 // Last, as in every write of `resources`.
+                let published = outbox::publish(conn, erased)?;
+                Ok((rows, published))
+            })
+            .await?;
+        self.outbox.settle(published).await;
+        Ok(rows)
+    }
+
+    /// Erases named resources of one account (a customer's redaction), in one
+    /// transaction, as [`Self::purge_account`] erases an account: the states of their
+    /// kept changes blanked, each live row a change `deleted: true` without state
+    /// (`origin = "erasure"`), then the rows and their pending fetches deleted.
+    /// `targets` is (kind, ids). Returns how many rows were deleted.
+    pub async fn erase_resources(
+        &self,
+        source: &str,
+        account: &str,
+        targets: Vec<(String, Vec<String>)>,
+    ) -> Result<usize, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        let (rows, published) = self
+            .db
+            .write(move |conn| {
+                let (mut erased, mut rows) = (0, 0);
+                for (kind, ids) in &targets {
+                    for chunk in ids.chunks(MAX_IN_LIST) {
+                        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+                        let (changed, deleted) = sql::erase_rows(conn, &s, &a, kind, &refs)?;
+                        sql::fetches::forget_resources(conn, &s, &a, kind, &refs)?;
+                        // After the rows are locked and gone, as for an account.
+                        outbox::erase_resource_states(conn, &s, &a, kind, &refs)?;
+                        erased += changed;
+                        rows += deleted;
+                    }
+                }
+                outbox::label_erasure(conn)?;
                 let published = outbox::publish(conn, erased)?;
                 Ok((rows, published))
             })

@@ -60,7 +60,12 @@ async fn deliveries_go_to_the_account_their_signed_body_names_when_it_is_registe
     assert_eq!(app.db.count("resources WHERE id = 'o1'"), 3);
     assert_eq!(app.db.count("resources WHERE account = 'acct_9'"), 0);
     // Disabled: ignored, its row stays as it was.
-    assert!(registry.set_enabled("shop", "acct_2", false).await.unwrap());
+    assert!(
+        registry
+            .set_enabled("shop", "acct_2", Some("test"))
+            .await
+            .unwrap()
+    );
     assert_eq!(
         outcome(app.deliver(&in_account("e6", "acct_2", 3, "shipped")).await),
         "ignored"

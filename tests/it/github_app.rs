@@ -28,7 +28,7 @@ fn pem(label: &str, der: &[u8]) -> String {
 }
 
 /// A fresh RSA key pair: (private PEM, public PEM).
-fn app_key() -> (SecretString, String) {
+pub(crate) fn app_key() -> (SecretString, String) {
     let pair = KeyPair::generate(KeySize::Rsa2048).unwrap();
     let private: Pkcs8V1Der = pair.as_der().unwrap();
     let public: PublicKeyX509Der = pair.public_key().as_der().unwrap();

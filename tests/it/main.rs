@@ -33,6 +33,7 @@ mod reconcile;
 mod senders;
 mod store;
 mod structure;
+mod tenants;
 mod tie_rule;
 mod traces;
 mod typed_views;

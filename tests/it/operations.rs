@@ -604,7 +604,7 @@ async fn a_kind_is_as_fresh_as_its_stalest_account_that_runs_now(b: Backend) {
     // Disabled, acct_old no longer runs: the platform's own run a minute ago is the
     // stalest.
     registry
-        .set_enabled("shop", "acct_old", false)
+        .set_enabled("shop", "acct_old", Some("test"))
         .await
         .unwrap();
     let (age, overdue) = order().await;

@@ -204,3 +204,18 @@ pub(crate) fn release_lease(conn: &mut Conn, key: &Key, holder: &str) -> diesel:
         .bind::<Text, _>(key.account.stored())).execute(c))?;
     Ok(())
 }
+
+/// Revokes every lease of one account, whoever holds it: the account's data is being
+/// erased, and a run in flight must not write another page (its next page finds the
+/// lease gone and rolls back).
+pub(crate) fn revoke_account_leases(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<usize> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM reconcile_leases WHERE source = $1 AND account = $2",
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}

@@ -287,6 +287,7 @@ fn validate_accounts(
         api_base,
         app,
         concurrency: concurrency as usize,
+        lifecycle: a.lifecycle.unwrap_or(preset.is_some()),
         api_bases: validate_api_bases(c, &key("api_bases"), preset, source_base, a),
     }
 }

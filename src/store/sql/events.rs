@@ -381,7 +381,8 @@ pub(crate) fn delete_dead_letter(
 }
 
 /// Deletes at most `limit` processed event ids of `source` older than `age_secs`,
-/// walking the `processed_at` index; returns how many.
+/// walking the `processed_at` index, never the claims of lifecycle and erasure events
+/// ([`crate::store::NEVER_PRUNED`]); returns how many.
 pub(crate) fn prune_events(
     conn: &mut Conn,
     source: &str,
@@ -393,8 +394,14 @@ pub(crate) fn prune_events(
         b,
         &format!(
             "DELETE FROM processed_events WHERE (source, event_id) IN (\
-             SELECT source, event_id FROM processed_events WHERE processed_at < {} AND source = $2 LIMIT $3)",
-            minus_seconds(b, 1)
+             SELECT source, event_id FROM processed_events WHERE processed_at < {} AND source = $2 \
+             AND event_type NOT IN ({}) LIMIT $3)",
+            minus_seconds(b, 1),
+            crate::store::NEVER_PRUNED
+                .iter()
+                .map(|t| format!("'{t}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     );
     on_conn!(conn, c => q

@@ -222,8 +222,9 @@ fn take_postgres(
 }
 
 /// The fetch is done (its write, if any, is in this transaction): the row goes, unless
-/// a request came while it ran; then it is released, due again.
-pub(crate) fn finish(conn: &mut Conn, f: &TakenFetch) -> diesel::QueryResult<()> {
+/// a request came while it ran; then it is released, due again. False when the row is
+/// gone (the resource's data was erased, or its account removed, while it ran).
+pub(crate) fn finish(conn: &mut Conn, f: &TakenFetch) -> diesel::QueryResult<bool> {
     let b = conn.backend();
     let deleted = on_conn!(conn, c => query(
         b,
@@ -235,20 +236,21 @@ pub(crate) fn finish(conn: &mut Conn, f: &TakenFetch) -> diesel::QueryResult<()>
     .bind::<Text, _>(&f.id)
     .bind::<BigInt, _>(f.requests)
     .execute(c))?;
-    if deleted == 0 {
-        let q = query(
-            b,
-            "UPDATE pending_fetches SET taken_by = NULL, taken_until = NULL \
-             WHERE source = $1 AND account = $2 AND kind = $3 AND id = $4",
-        );
-        on_conn!(conn, c => q
-            .bind::<Text, _>(&f.source)
-            .bind::<Text, _>(&f.account)
-            .bind::<Text, _>(&f.kind)
-            .bind::<Text, _>(&f.id)
-            .execute(c))?;
+    if deleted > 0 {
+        return Ok(true);
     }
-    Ok(())
+    let q = query(
+        b,
+        "UPDATE pending_fetches SET taken_by = NULL, taken_until = NULL \
+         WHERE source = $1 AND account = $2 AND kind = $3 AND id = $4",
+    );
+    let released = on_conn!(conn, c => q
+        .bind::<Text, _>(&f.source)
+        .bind::<Text, _>(&f.account)
+        .bind::<Text, _>(&f.kind)
+        .bind::<Text, _>(&f.id)
+        .execute(c))?;
+    Ok(released > 0)
 }
 
 /// The fetch failed: released, due again after `delay_secs`; with `give_up`, kept as
@@ -325,6 +327,38 @@ pub(crate) fn forget_account(
         "DELETE FROM pending_fetches WHERE source = $1 AND account = $2",
     );
     on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}
+
+/// Deletes the pending fetches of named resources of one account and kind (their data
+/// is erased: a fetch would bring it back).
+pub(crate) fn forget_resources(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    kind: &str,
+    ids: &[&str],
+) -> diesel::QueryResult<usize> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let q = query(
+        conn.backend(),
+        &format!(
+            "DELETE FROM pending_fetches WHERE source = $1 AND account = $2 AND kind = $3 AND id IN ({})",
+            crate::db::sql::in_list(4, ids.len())
+        ),
+    );
+    on_conn!(conn, c => {
+        let mut q = q
+            .into_boxed()
+            .bind::<Text, _>(source)
+            .bind::<Text, _>(account)
+            .bind::<Text, _>(kind);
+        for id in ids {
+            q = q.bind::<Text, _>(*id);
+        }
+        q.execute(c)
+    })
 }
 
 /// Pending fetches of one source: how many, how many failed, how long the oldest has

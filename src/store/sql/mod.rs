@@ -20,8 +20,8 @@ pub(crate) use events::{
 pub use events::{ClaimRow, DeadLetter, DeadLetterSummary, Kept, SourceCount};
 pub(crate) use events::{Which, dead_letter_summaries};
 pub(crate) use resources::{
-    MAX_BATCH_ROWS, accounts_with, count_live, in_key_order, live_ids_before, purge_account,
-    resource_row, stored_rows, stored_rows_in_range, stored_rows_with_states, tombstone,
-    tombstone_account, upsert_many, upsert_sql,
+    MAX_BATCH_ROWS, accounts_with, count_live, erase_rows, in_key_order, live_ids_before,
+    purge_account, resource_row, stored_rows, stored_rows_in_range, stored_rows_with_states,
+    tombstone, tombstone_account, upsert_many, upsert_sql,
 };
 pub use resources::{ResourceRow, StoredRow};

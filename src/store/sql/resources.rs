@@ -477,7 +477,7 @@ pub(crate) fn tombstone_account(
     let q = query(
         b,
         &format!(
-            "UPDATE resources SET deleted = {t}, {state}origin = 'reconcile', last_event_id = NULL, updated_at = {now} \
+            "UPDATE resources SET deleted = {t}, {state}origin = {origin}, last_event_id = NULL, updated_at = {now} \
              WHERE source = $1 AND account = $2 AND NOT deleted",
             t = if b == Backend::Postgres { "true" } else { "1" },
             state = if erase {
@@ -485,10 +485,77 @@ pub(crate) fn tombstone_account(
             } else {
                 ""
             },
+            origin = if erase {
+                erasure_origin(b)
+            } else {
+                "'reconcile'"
+            },
             now = now(b),
         ),
     );
     on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).execute(c))
+}
+
+/// What an erasure's tombstones set `origin` to: `erasure`. SQLite keeps the CHECK of
+/// `resources.origin` as first made (widening it would rebuild the table), so there the
+/// origin stays and the transaction's pending changes are labelled instead
+/// (`feed::outbox::label_erasure`); an erasure deletes its rows in the same transaction,
+/// so no row keeps either label.
+fn erasure_origin(b: Backend) -> &'static str {
+    match b {
+        Backend::Postgres => "'erasure'",
+        Backend::Sqlite => "origin",
+    }
+}
+
+/// Erases named rows of one account and kind (a customer's redaction): each live one
+/// becomes a change `deleted: true` without state, then every named row is deleted.
+/// Returns (changes appended, rows deleted). The caller blanks their kept changes.
+pub(crate) fn erase_rows(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+    kind: &str,
+    ids: &[&str],
+) -> diesel::QueryResult<(usize, usize)> {
+    if ids.is_empty() {
+        return Ok((0, 0));
+    }
+    let b = conn.backend();
+    let tombstone = query(
+        b,
+        &format!(
+            "UPDATE resources SET deleted = {t}, state = NULL, state_digest = NULL, origin = {origin}, \
+             last_event_id = NULL, updated_at = {now} \
+             WHERE source = $1 AND account = $2 AND kind = $3 AND NOT deleted AND id IN ({ids})",
+            t = if b == Backend::Postgres { "true" } else { "1" },
+            origin = erasure_origin(b),
+            now = now(b),
+            ids = in_list(4, ids.len()),
+        ),
+    );
+    let delete = query(
+        b,
+        &format!(
+            "DELETE FROM resources WHERE source = $1 AND account = $2 AND kind = $3 AND id IN ({})",
+            in_list(4, ids.len())
+        ),
+    );
+    let mut counts = [0; 2];
+    for (n, q) in counts.iter_mut().zip([tombstone, delete]) {
+        *n = on_conn!(conn, c => {
+            let mut q = q
+                .into_boxed()
+                .bind::<Text, _>(source)
+                .bind::<Text, _>(account)
+                .bind::<Text, _>(kind);
+            for id in ids {
+                q = q.bind::<Text, _>(*id);
+            }
+            q.execute(c)
+        })?;
+    }
+    Ok((counts[0], counts[1]))
 }
 
 /// Deletes every row of one account. The feed is `feed`'s: its changes stay there until

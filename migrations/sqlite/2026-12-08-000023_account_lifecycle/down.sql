@@ -1,0 +1,3 @@
+ALTER TABLE accounts DROP COLUMN uninstalled_by;
+ALTER TABLE accounts DROP COLUMN disabled_at;
+ALTER TABLE accounts DROP COLUMN disabled_reason;

@@ -309,6 +309,17 @@ pub struct RawKind {
     /// Pointer to the resource in the `get` response (default: the whole body), for
     /// senders that wrap it (`{"order": {...}}`).
     pub get_item: Option<String>,
+    /// A pointer that marks a listed item as not of this kind (GitHub's issue listing
+    /// includes pull requests: `/pull_request`): such an item is left out.
+    pub exclude: Option<String>,
+    /// Many resources by id in one request, `{ids}` their ids comma-separated
+    /// (Shopify: `/orders.json?ids={ids}&status=any`): pending fetches of one account
+    /// and kind are fetched together.
+    pub get_many: Option<String>,
+    /// Pointer to the array of resources in the `get_many` response (default: `items`).
+    pub get_many_items: Option<String>,
+    /// Most ids one `get_many` request asks for (default 50; Shopify's limit is 250).
+    pub get_many_size: Option<u32>,
     /// Further origins (`https://host[:port]`) this kind's next-page links and redirects
     /// may point to; the API token is sent there too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

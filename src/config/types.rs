@@ -427,6 +427,17 @@ pub enum Action {
     Delete,
 }
 
+/// A kind's `get_many`: many resources by id in one request.
+#[derive(Debug, Clone)]
+pub struct GetMany {
+    /// The path (or URL) with `{ids}`: the ids, each percent-encoded, comma-separated.
+    pub path: String,
+    /// Pointer to the array of resources in the response.
+    pub items: String,
+    /// Most ids one request asks for.
+    pub size: usize,
+}
+
 /// Incremental listing of a kind between full sweeps.
 #[derive(Debug, Clone)]
 pub struct IncrementalConfig {
@@ -500,6 +511,11 @@ pub struct KindConfig {
     pub version_from: VersionFrom,
     pub state: String,
     pub get: Option<String>,
+    /// Listed items where this pointer is present (and not null) are not of this kind
+    /// and are left out (GitHub's issues listing holds pull requests: `/pull_request`).
+    pub exclude: Option<String>,
+    /// Many resources by id in one request (`get_many`); `None`: one `get` each.
+    pub get_many: Option<GetMany>,
     /// Pointer to the resource in the `get` response ("" = the whole body).
     pub get_item: String,
     /// Origins besides the source's (`api_base`, absolute `list` / `get`) that next

@@ -125,8 +125,8 @@ impl Fetcher {
             Ok(taken) => {
                 let n = taken.len();
                 for f in taken {
-                    let r = self.reconciler.clone();
-                    running.spawn(async move { r.do_fetch(f).await });
+                    let (r, holder) = (self.reconciler.clone(), self.holder.clone());
+                    running.spawn(async move { r.do_fetches(f, &holder).await });
                 }
                 n
             }
@@ -180,11 +180,86 @@ impl Fetcher {
 }
 
 impl Reconciler {
+    /// Does one taken fetch, and when its kind fetches many by id in one request
+    /// (`get_many`) and this is its first attempt, the due fetches of its account and
+    /// kind never attempted, up to the batch size: one request for them all, still one
+    /// request in flight for the account. A fetch that failed is retried alone.
+    async fn do_fetches(&self, f: TakenFetch, holder: &str) {
+        let size = self
+            .config
+            .source(&f.source)
+            .and_then(|s| s.kinds.iter().find(|k| k.name == f.kind))
+            .and_then(|k| k.get_many.as_ref())
+            .map_or(1, |m| m.size);
+        if size > 1 && f.attempts == 1 {
+            match self
+                .store
+                .take_batch_mates(holder, &f, size - 1, HOLD)
+                .await
+            {
+                Ok(mates) if !mates.is_empty() => {
+                    let mut batch = Vec::with_capacity(mates.len() + 1);
+                    batch.push(f);
+                    batch.extend(mates);
+                    return self.do_fetch_many(batch).await;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(source = f.source, error = %e, "could not take a fetch's batch mates; fetching it alone");
+                }
+            }
+        }
+        self.do_fetch(f).await;
+    }
+
+    /// Fetches a batch of one account and kind in one request, then ends each fetch
+    /// as if fetched alone; one the answer left out is retried alone (through `get`).
+    async fn do_fetch_many(&self, batch: Vec<TakenFetch>) {
+        let ids: Vec<&str> = batch.iter().map(|f| f.id.as_str()).collect();
+        let first = &batch[0];
+        let judged = self
+            .fetch_many_and_judge(&first.source, &first.account, &first.kind, &ids)
+            .await;
+        metrics::counter!("fetch_batches_total", "source" => first.source.clone()).increment(1);
+        match judged {
+            Err(e) => {
+                futures_util::future::join_all(
+                    batch
+                        .into_iter()
+                        .map(|f| self.settle_fetch(f, Err(e.clone()))),
+                )
+                .await;
+            }
+            Ok(mut judged) => {
+                let each: Vec<_> = batch
+                    .into_iter()
+                    .map(|f| {
+                        let j = judged.remove(&f.id).ok_or_else(|| {
+                            FetchError::Transient(
+                                "the get_many answer left it out; it is fetched alone next".into(),
+                            )
+                        });
+                        (f, j)
+                    })
+                    .collect();
+                futures_util::future::join_all(
+                    each.into_iter().map(|(f, j)| self.settle_fetch(f, j)),
+                )
+                .await;
+            }
+        }
+    }
+
     /// Does one taken fetch: fetch, judge, write and end it; or schedule its retry.
     async fn do_fetch(&self, f: TakenFetch) {
         let judged = self
             .fetch_and_judge(&f.source, &f.account, &f.kind, &f.id)
             .await;
+        self.settle_fetch(f, judged).await;
+    }
+
+    /// Ends one fetch with what its fetch found: written, unchanged, or retried.
+    async fn settle_fetch(&self, f: TakenFetch, judged: Result<Judged, FetchError>) {
         let source = f.source.clone();
         let (result, failure) = match judged {
             Ok(Judged::Write(change, guard)) => {

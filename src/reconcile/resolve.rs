@@ -5,9 +5,13 @@
 
 use std::time::Duration;
 
+use std::collections::{HashMap, HashSet};
+
 use super::{Reconciler, RunCounts, RunError, compare, item_pointers};
 use crate::change::tie::Guard;
 use crate::change::{Account, Change, Key};
+use crate::config::{KindConfig, SourceConfig};
+use crate::sender::Sender;
 
 /// How often [`Reconciler::resolve_in`] fetches a resource versioned by fetch time
 /// while the sender's clock is still in the second of the local row.
@@ -29,7 +33,7 @@ pub(super) enum Judged {
 }
 
 /// Why a fetch did not get an answer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub(super) enum FetchError {
     /// The kind has no `get`: only a reconcile can repair the resource.
     #[error("kind {0} has no get endpoint; the next reconcile repairs it")]
@@ -95,30 +99,7 @@ impl Reconciler {
         kind: &str,
         id: &str,
     ) -> Result<Judged, FetchError> {
-        let Some((s, k)) = self
-            .config
-            .sources
-            .iter()
-            .filter(|s| s.name == source)
-            .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
-            .find(|(_, k)| k.name == kind)
-        else {
-            return Err(FetchError::Permanent(format!(
-                "kind {source}/{kind} is no longer configured"
-            )));
-        };
-        if k.get.is_none() {
-            return Err(FetchError::NoGet(format!("{source}/{kind}")));
-        }
-        let sender = self
-            .sender_for(source, &Account::from_stored(account))
-            .await
-            .map_err(|e| match e {
-                RunError::Account { .. } | RunError::NoSender(_) => {
-                    FetchError::Permanent(e.to_string())
-                }
-                e => FetchError::Transient(e.to_string()),
-            })?;
+        let (s, k, sender) = self.fetch_client(source, account, kind).await?;
         let fetched = sender
             .get_one(k, id)
             .await
@@ -155,5 +136,101 @@ impl Reconciler {
             return Ok(Judged::Nothing);
         }
         Ok(Judged::Write(change, compare::guard_for(fetch_time)))
+    }
+
+    /// The kind's configuration and the account's client, for a fetch.
+    async fn fetch_client(
+        &self,
+        source: &str,
+        account: &str,
+        kind: &str,
+    ) -> Result<(&SourceConfig, &KindConfig, Sender), FetchError> {
+        let Some((s, k)) = self
+            .config
+            .sources
+            .iter()
+            .filter(|s| s.name == source)
+            .flat_map(|s| s.kinds.iter().map(move |k| (s, k)))
+            .find(|(_, k)| k.name == kind)
+        else {
+            return Err(FetchError::Permanent(format!(
+                "kind {source}/{kind} is no longer configured"
+            )));
+        };
+        if k.get.is_none() {
+            return Err(FetchError::NoGet(format!("{source}/{kind}")));
+        }
+        let sender = self
+            .sender_for(source, &Account::from_stored(account))
+            .await
+            .map_err(|e| match e {
+                RunError::Account { .. } | RunError::NoSender(_) => {
+                    FetchError::Permanent(e.to_string())
+                }
+                e => FetchError::Transient(e.to_string()),
+            })?;
+        Ok((s, k, sender))
+    }
+
+    /// Fetches many resources of one account and kind in one request through the kind's
+    /// `get_many`, and judges each against its local row. An id the answer leaves out
+    /// (or whose item cannot be read) is absent from the result: the caller fetches it
+    /// alone, through `get`, which says why. Items the sender sent but nobody asked for
+    /// are dropped.
+    pub(super) async fn fetch_many_and_judge(
+        &self,
+        source: &str,
+        account: &str,
+        kind: &str,
+        ids: &[&str],
+    ) -> Result<HashMap<String, Judged>, FetchError> {
+        let (s, k, sender) = self.fetch_client(source, account, kind).await?;
+        let fetched = sender
+            .get_many(k, ids)
+            .await
+            .map_err(|e| FetchError::Transient(e.to_string()))?;
+        let asked: HashSet<&str> = ids.iter().copied().collect();
+        let pointers = item_pointers(k, chrono::Utc::now().timestamp_micros());
+        let mut changes: Vec<Change> = Vec::with_capacity(fetched.items.len());
+        for item in &fetched.items {
+            let Ok(mut change) = pointers.read(item, &s.name, &k.name) else {
+                continue;
+            };
+            if !asked.contains(change.id.as_str()) || changes.iter().any(|c| c.id == change.id) {
+                continue;
+            }
+            change.account = account.to_string();
+            if let Some(date) = fetched.date {
+                change.version = date;
+            }
+            changes.push(change);
+        }
+        let local = self
+            .store
+            .stored_rows(
+                &Key::new(source, kind).in_account(account),
+                changes.iter().map(|c| c.id.clone()).collect(),
+            )
+            .await
+            .map_err(|e| FetchError::Transient(e.to_string()))?;
+        let fetch_time = k.by_fetch_time();
+        let verdicts =
+            compare::compare_page(&changes, &local, fetch_time, &mut RunCounts::default());
+        let mut judged: HashMap<String, Judged> = HashMap::with_capacity(changes.len());
+        let (write, ambiguous): (HashSet<usize>, HashSet<usize>) = (
+            verdicts.write.into_iter().collect(),
+            verdicts.ambiguous.into_iter().collect(),
+        );
+        for (i, change) in changes.into_iter().enumerate() {
+            let verdict = if ambiguous.contains(&i) {
+                Judged::SameSecond
+            } else if write.contains(&i) {
+                Judged::Write(change.clone(), compare::guard_for(fetch_time))
+            } else {
+                Judged::Nothing
+            };
+            judged.insert(change.id, verdict);
+        }
+        Ok(judged)
     }
 }

@@ -64,7 +64,7 @@ pub(super) async fn read_page(
         .iter()
         .filter_map(|r| match r {
             ReadItem::Read { change, .. } => Some(change.id.clone()),
-            ReadItem::Unreadable { .. } => None,
+            ReadItem::Unreadable { .. } | ReadItem::Excluded => None,
         })
         .collect();
     let local = store.stored_rows_of_page(key, ids, ranges).await?;
@@ -98,6 +98,9 @@ pub(super) enum ReadItem {
         id: Option<String>,
         reason: String,
     },
+    /// Not of this kind (the kind's `exclude` pointer is present): left out, and not
+    /// seen, so a row of it stored earlier is a deletion candidate.
+    Excluded,
 }
 
 /// Reads a page's items with the kind's pointers (versioned by the response's `date`
@@ -144,6 +147,14 @@ fn read_item(
     index: usize,
     item: &Json<'_>,
 ) -> ReadItem {
+    if let Some(exclude) = &kind.exclude {
+        if item
+            .pointer(exclude)
+            .is_some_and(|v| !matches!(v, Json::Null))
+        {
+            return ReadItem::Excluded;
+        }
+    }
     let read = pointers
         .read(item, &key.source, &kind.name)
         .map(|mut c| {

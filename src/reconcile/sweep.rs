@@ -239,6 +239,7 @@ impl Reconciler {
                     }
                     run.skip(at.url, index, id.as_deref(), &reason);
                 }
+                ReadItem::Excluded => {}
             }
         }
         guard.same_items_as_before(at.url, changes.iter().map(|c| c.id.as_str()))?;

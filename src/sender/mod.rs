@@ -59,6 +59,13 @@ pub struct Fetched1 {
     pub date: Option<i64>,
 }
 
+/// Resources fetched by id together (`get_many`).
+pub struct FetchedMany {
+    pub items: Vec<Value>,
+    /// The response's `Date` in microseconds, for kinds versioned by it.
+    pub date: Option<i64>,
+}
+
 /// A client for one source.
 #[derive(Clone)]
 pub struct Sender {
@@ -315,6 +322,51 @@ impl Sender {
             None
         };
         Ok(Some(Fetched1 { item, date }))
+    }
+
+    /// Fetches many resources of a kind by id in one request through its `get_many`
+    /// (the resources in the array at its `items` pointer). What the sender leaves out
+    /// is simply absent: the caller fetches it alone. A 404 is an empty answer.
+    pub async fn get_many(
+        &self,
+        kind: &KindConfig,
+        ids: &[&str],
+    ) -> Result<FetchedMany, SenderError> {
+        let many = kind.get_many.as_ref().ok_or_else(|| {
+            SenderError::BadUrl(format!("kind {} has no get_many endpoint", kind.name))
+        })?;
+        let encoded: Vec<String> = ids
+            .iter()
+            .map(|id| path_segment(id))
+            .collect::<Result<_, _>>()?;
+        let url = self.absolute(&many.path.replace("{ids}", &encoded.join(",")))?;
+        let Some(fetched) = self.get(&url).await? else {
+            return Ok(FetchedMany {
+                items: Vec::new(),
+                date: None,
+            });
+        };
+        let bad = |reason: String| SenderError::BadPage {
+            url: url.to_string(),
+            reason,
+        };
+        let mut doc: Value =
+            serde_json::from_slice(&fetched.body).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let items = match doc.pointer_mut(&many.items).map(Value::take) {
+            Some(Value::Array(items)) => items,
+            _ => {
+                return Err(bad(format!(
+                    "get_many_items pointer {:?} is not an array in the response",
+                    many.items
+                )));
+            }
+        };
+        let date = if kind.by_fetch_time() {
+            Some(response_date(fetched.date.as_deref()).map_err(bad)?)
+        } else {
+            None
+        };
+        Ok(FetchedMany { items, date })
     }
 
     /// GET with rate limit and retries; `None` for 404.

@@ -81,6 +81,23 @@ impl Store {
             .await
     }
 
+    /// Takes at most `limit` more due fetches of `first`'s account and kind, never
+    /// attempted, to fetch with it in one request (see `take_batch_mates`).
+    pub async fn take_batch_mates(
+        &self,
+        holder: &str,
+        first: &TakenFetch,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<Vec<TakenFetch>, DbError> {
+        let (holder, first) = (holder.to_string(), first.clone());
+        self.db
+            .write(move |conn| {
+                fetches::take_batch_mates(conn, &holder, &first, limit as i64, hold.as_secs_f64())
+            })
+            .await
+    }
+
     /// Writes what a fetch brought (none: the sender has nothing newer, or not the
     /// resource) through the guarded write, naming the delivery that asked, and ends
     /// the pending fetch in the same transaction. Returns whether a row was written.

@@ -54,6 +54,11 @@ max_attempts = 1
 [sources.shopify.accounts]
 # The shops are simulators on this machine.
 api_bases = ["http://127.0.0.1:*/"]
+
+# These tests watch fetches one at a time (a restart between them, fairness, exactly
+# one request each); fetches in batches (get_many) are tests/it/tenants.rs's.
+[sources.shopify.kinds.order]
+get_many_size = 1
 "#
     )
 }

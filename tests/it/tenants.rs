@@ -121,6 +121,16 @@ async fn shopify_lifecycle_webhooks_drive_the_registry_and_erasure_cannot_be_rep
         .await
         .unwrap();
     }
+    // The shops' first syncs (due at `accounts add`) done first: a sync listing the
+    // simulators later would bring back what the test erases (as Shopify's own listing
+    // would).
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db.count("reconcile_runs WHERE status = 'succeeded'") == 6
+        })
+        .await,
+        "the first syncs did not finish"
+    );
     let buyer = |n: &str| json!({"email": "buyer@example.com", "note": n});
     // Shop A: orders 1001 and 1002 of customer 7, and the customer; shop B: its own 1001.
     let o1 = sim_a.change("orders", "1001", buyer("a1"), "orders/updated");
@@ -553,6 +563,13 @@ async fn github_installation_webhooks_drive_the_registry_and_another_repositorys
     let (private, public) = crate::github_app::app_key();
     sim.enable_app("123456", &public, &["4711"], 3600).unwrap();
     sim.change("issues", "7", json!({"title": "shop seven"}), "opened");
+    // GitHub's issues listing holds pull requests too, marked by `pull_request`.
+    sim.change(
+        "issues",
+        "8",
+        json!({"title": "a pull request", "pull_request": {"url": "https://api.github.com/repos/acme/shop/pulls/8"}}),
+        "opened",
+    );
     let dir = tempfile::tempdir().unwrap();
     let key_file = dir.path().join("app.pem");
     std::fs::write(&key_file, secrecy::ExposeSecret::expose_secret(&private)).unwrap();
@@ -623,6 +640,26 @@ app_key = {{ file = "{}" }}
         )) == 1
     };
     assert!(seven_is("shop seven"));
+    // The pull request listed among the issues is not an issue row; the typed view
+    // tells legacy ones apart.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db.count(
+                "reconcile_runs WHERE account = '4711' AND kind = 'issue' AND status = 'succeeded'",
+            ) == 1
+        })
+        .await
+    );
+    assert_eq!(
+        app.db
+            .count("resources WHERE account = '4711' AND kind = 'issue' AND id = '8'"),
+        0
+    );
+    assert_eq!(
+        app.db
+            .count("github_issue WHERE account = '4711' AND pull_request_url IS NULL"),
+        1
+    );
     // Newer than the listed #7 (the simulator's clock is the real one).
     let later = (chrono::Utc::now() + chrono::Duration::seconds(30))
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -685,4 +722,160 @@ app_key = {{ file = "{}" }}
         "duplicate"
     );
     assert_eq!(app.db.count("accounts WHERE account = '4711'"), 0);
+}
+
+both_backends!(
+    a_flash_sales_pending_fetches_are_fetched_many_at_a_time_and_a_quiet_shop_still_lands_at_once
+);
+
+/// 500 updates of one shop acknowledged at once, at the Shopify preset's budget (2
+/// requests a second per shop): fetched in a few `orders.json?ids=` requests, all
+/// landed within 10 s, while another shop's one delivery lands within 2 s. An order the
+/// shop no longer has is left out of the answer: fetched alone, it deletes nothing.
+async fn a_flash_sales_pending_fetches_are_fetched_many_at_a_time_and_a_quiet_shop_still_lands_at_once(
+    b: Backend,
+) {
+    let sim_a = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
+        .await
+        .unwrap();
+    let sim_b = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    // The preset's budget: no requests_per_second of the test's own.
+    let toml = config(&db.url).replace("requests_per_second = 100\n", "");
+    let app = spawn_app_with(db, &toml).await;
+    let ops = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    for (shop, sim, token) in [(SHOP_A, &sim_a, "shpat_a"), (SHOP_B, &sim_b, "shpat_b")] {
+        ops.add_account(
+            "shopify",
+            shop,
+            Some(sim.api_base()),
+            Some(SecretString::from(token)),
+        )
+        .await
+        .unwrap();
+    }
+    // The shops' first syncs (due at `accounts add`) done, so no full sweep runs while
+    // the shop's orders change below.
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db.count("reconcile_runs WHERE status = 'succeeded'") == 6
+        })
+        .await,
+        "the first syncs did not finish"
+    );
+    // An order stored earlier, then gone at the shop, then named by a late delivery.
+    let gone = sim_a.change("orders", "9999", json!({"note": "kept"}), "orders/updated");
+    deliver_and_wait(&app, SHOP_A, &gone, "order", "9999").await;
+    let late = sim_a.change("orders", "9999", json!({"note": "later"}), "orders/updated");
+    sim_a.remove("orders", "9999");
+    let before = sim_a.get_requests();
+
+    let hooks: Vec<Webhook> = (0..500)
+        .map(|i| {
+            let hook = sim_a.change(
+                "orders",
+                &format!("{}", 10_000 + i),
+                json!({"note": "sale"}),
+                "orders/paid",
+            );
+            let hook = with_header(&hook, "X-Shopify-Shop-Domain", SHOP_A);
+            with_header(&hook, "X-Shopify-Webhook-Id", &format!("sale-{i}"))
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let late = with_header(
+        &with_header(&late, "X-Shopify-Shop-Domain", SHOP_A),
+        "X-Shopify-Webhook-Id",
+        "late-9999",
+    );
+    assert_eq!(answered(&app, "/webhooks/shopify", &late).await, "fetching");
+    for chunk in hooks.chunks(25) {
+        let answers = futures_util::future::join_all(
+            chunk.iter().map(|h| answered(&app, "/webhooks/shopify", h)),
+        )
+        .await;
+        assert!(answers.iter().all(|a| a == "fetching"), "{answers:?}");
+    }
+    // The quiet shop's one delivery lands within 2 s of its answer.
+    let quiet = sim_b.change("orders", "5", json!({"note": "quiet"}), "orders/updated");
+    let quiet = with_header(
+        &with_header(&quiet, "X-Shopify-Shop-Domain", SHOP_B),
+        "X-Shopify-Webhook-Id",
+        "quiet-5",
+    );
+    let asked = std::time::Instant::now();
+    assert_eq!(
+        answered(&app, "/webhooks/shopify", &quiet).await,
+        "fetching"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            app.db.count(&format!(
+                "resources WHERE account = '{SHOP_B}' AND id = '5'"
+            )) == 1
+        })
+        .await,
+        "the quiet shop's delivery did not land within 2 s ({:?})",
+        asked.elapsed()
+    );
+    let sale = format!(
+        "resources WHERE account = '{SHOP_A}' AND kind = 'order' AND id <> '9999' AND NOT deleted"
+    );
+    let landed = eventually(
+        Duration::from_secs(10).saturating_sub(started.elapsed()),
+        || async { app.db.count(&sale) == 500 },
+    )
+    .await;
+    if !landed {
+        eprintln!(
+            "errors: left out {}, erased {}, rate {}, other {}",
+            app.db.count("pending_fetches WHERE error LIKE '%left it out%'"),
+            app.db.count("pending_fetches WHERE error LIKE '%erased%'"),
+            app.db.count("pending_fetches WHERE error LIKE '%ate%limit%' OR error LIKE '%429%'"),
+            app.db.count("pending_fetches WHERE error IS NOT NULL AND error NOT LIKE '%left it out%' AND error NOT LIKE '%erased%'"),
+        );
+    }
+    assert!(
+        landed,
+        "{} of 500 landed in {:?}; {} requests for many, {} gets; pending {} ({} with an error, {} attempted more than once)",
+        app.db.count(&sale),
+        started.elapsed(),
+        sim_a.get_many_requests(),
+        sim_a.get_requests(),
+        app.db.count("pending_fetches"),
+        app.db.count("pending_fetches WHERE error IS NOT NULL"),
+        app.db.count("pending_fetches WHERE attempts > 1"),
+    );
+    let many = sim_a.get_many_requests();
+    assert!((1..=10).contains(&many), "{many} get_many requests");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            app.db.count("pending_fetches") == 0
+        })
+        .await,
+        "{} fetches still pending: {} taken, {} failed, {} with an error, {} attempted once, {} due later",
+        app.db.count("pending_fetches"),
+        app.db.count("pending_fetches WHERE taken_by IS NOT NULL"),
+        app.db.count("pending_fetches WHERE failed_at IS NOT NULL"),
+        app.db.count("pending_fetches WHERE error IS NOT NULL"),
+        app.db.count("pending_fetches WHERE attempts = 1"),
+        app.db.count(&format!(
+            "pending_fetches WHERE due_at > {}",
+            if b == Backend::Postgres {
+                "now()"
+            } else {
+                "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+            }
+        )),
+    );
+    // Left out of the answer, fetched alone (404): the stored row stays as it was.
+    assert!(sim_a.get_requests() - before - many >= 1);
+    assert_eq!(
+        app.db.count(&format!(
+            "resources WHERE account = '{SHOP_A}' AND id = '9999' AND NOT deleted"
+        )),
+        1
+    );
 }

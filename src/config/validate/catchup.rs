@@ -69,6 +69,8 @@ pub(super) fn validate_catchup(
         version_from: VersionFrom::Item,
         state: String::new(),
         get: None,
+        get_many: None,
+        exclude: None,
         get_item: String::new(),
         allowed_origins: Vec::new(),
         max_delete_fraction: 0.0,

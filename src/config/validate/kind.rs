@@ -203,6 +203,8 @@ pub(super) fn validate_kind(
             raw.state.as_deref().unwrap_or(defaults::ITEM_STATE),
         ),
         get: raw.get.clone(),
+        get_many: validate_get_many(c, &key, raw),
+        exclude: raw.exclude.as_deref().map(|p| c.pointer(&key("exclude"), p)),
         get_item: c.pointer(&key("get_item"), raw.get_item.as_deref().unwrap_or("")),
         match_prefixes: raw
             .match_prefixes
@@ -348,4 +350,47 @@ fn validate_event(
         },
         action,
     }
+}
+
+/// `get_many`, `get_many_items` (default: the listing's `items`), `get_many_size`: a
+/// path with `{ids}`, beside a `get` (a fetch the batch's answer left out is retried
+/// alone through it).
+fn validate_get_many(
+    c: &mut Checker,
+    key: &dyn Fn(&str) -> String,
+    raw: &RawKind,
+) -> Option<GetMany> {
+    let path = raw.get_many.as_ref()?;
+    if !path.contains("{ids}") {
+        c.fail(
+            key("get_many"),
+            format!(
+                "{path:?} has no {{ids}}; write it like \"/orders.json?ids={{ids}}&status=any\""
+            ),
+        );
+    }
+    if raw.get.is_none() {
+        c.fail(
+            key("get_many"),
+            "needs `get` too: an id the batch's answer leaves out is fetched alone",
+        );
+    }
+    let size = raw.get_many_size.unwrap_or(50);
+    if !(1..=1000).contains(&size) {
+        c.fail(
+            key("get_many_size"),
+            format!("{size} is not between 1 and 1000"),
+        );
+    }
+    Some(GetMany {
+        path: path.clone(),
+        items: c.pointer(
+            &key("get_many_items"),
+            raw.get_many_items
+                .as_deref()
+                .or(raw.items.as_deref())
+                .unwrap_or(defaults::ITEMS),
+        ),
+        size: size as usize,
+    })
 }

@@ -82,6 +82,8 @@ struct World {
     bucket: Option<Bucket>,
     list_requests: u64,
     get_requests: u64,
+    /// Of them, requests for many objects by id (Shopify `orders.json?ids=`).
+    get_many_requests: u64,
     /// Requests refused for the rate limit (403 / 429).
     refused: u64,
     /// The credential header of every request.
@@ -163,6 +165,7 @@ impl ProviderSim {
             bucket: None,
             list_requests: 0,
             get_requests: 0,
+            get_many_requests: 0,
             refused: 0,
             credentials: Vec::new(),
             app: None,
@@ -417,6 +420,11 @@ impl ProviderSim {
 
     pub fn list_requests(&self) -> u64 {
         lock(&self.world).list_requests
+    }
+
+    /// Requests for many objects by id in one (`orders.json?ids=`).
+    pub fn get_many_requests(&self) -> u64 {
+        lock(&self.world).get_many_requests
     }
 
     pub fn get_requests(&self) -> u64 {

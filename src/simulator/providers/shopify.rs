@@ -22,6 +22,18 @@ pub(super) fn shopify(
     };
     let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
     match parts.as_slice() {
+        [file] if file.ends_with(".json") && q.contains_key("ids") => {
+            // `orders.json?ids=1,2,3`: those that exist, in one request (up to 250).
+            w.get_requests += 1;
+            w.get_many_requests += 1;
+            let collection = file.trim_end_matches(".json");
+            let keys: Vec<String> = q["ids"].split(',').take(250).map(|i| w.key(i)).collect();
+            let items: Vec<Value> = keys
+                .iter()
+                .filter_map(|k| w.objects.get(collection).and_then(|c| c.get(k)).cloned())
+                .collect();
+            axum::Json(json!({ collection: items })).into_response()
+        }
         [file] if file.ends_with(".json") => {
             w.list_requests += 1;
             let collection = file.trim_end_matches(".json");

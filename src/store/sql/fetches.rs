@@ -160,6 +160,55 @@ pub(crate) fn take(
     Ok(taken)
 }
 
+/// Takes for `holder` at most `limit` more due fetches of `first`'s account and kind,
+/// to be fetched with it in one request (a kind's `get_many`): those never attempted
+/// (a fetch that failed is retried alone), oldest due first. On PostgreSQL rows another
+/// taker is taking are skipped.
+pub(crate) fn take_batch_mates(
+    conn: &mut Conn,
+    holder: &str,
+    first: &TakenFetch,
+    limit: i64,
+    hold_secs: f64,
+) -> diesel::QueryResult<Vec<TakenFetch>> {
+    let b = conn.backend();
+    // The pick is a materialized CTE: as a subquery of the UPDATE, PostgreSQL may run
+    // a `LIMIT .. SKIP LOCKED` pick more than once and take more rows than the limit
+    // (seen here: 290 for a limit of 249).
+    let sql = format!(
+        "WITH picked AS {materialized}( \
+             SELECT source, account, kind, id FROM pending_fetches \
+             WHERE source = $3 AND account = $4 AND kind = $5 AND id <> $6 AND attempts = 0 \
+               AND failed_at IS NULL AND due_at <= {now} AND (taken_until IS NULL OR taken_until <= {now}) \
+             ORDER BY due_at, id LIMIT $7{lock}) \
+         UPDATE pending_fetches SET taken_by = $1, taken_until = {until}, attempts = attempts + 1 \
+         WHERE (source, account, kind, id) IN (SELECT source, account, kind, id FROM picked) \
+           AND failed_at IS NULL AND (taken_until IS NULL OR taken_until <= {now}) \
+         RETURNING source, account, kind, id, event_id, requests, attempts",
+        until = plus_seconds(b, 2),
+        now = now(b),
+        lock = if b == Backend::Postgres {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        },
+        materialized = if b == Backend::Postgres {
+            "MATERIALIZED "
+        } else {
+            ""
+        },
+    );
+    let q = query(b, &sql)
+        .bind::<Text, _>(holder)
+        .bind::<Double, _>(hold_secs)
+        .bind::<Text, _>(&first.source)
+        .bind::<Text, _>(&first.account)
+        .bind::<Text, _>(&first.kind)
+        .bind::<Text, _>(&first.id)
+        .bind::<BigInt, _>(limit);
+    on_conn!(conn, c => q.load(c))
+}
+
 /// [`take`] on PostgreSQL, two statements whatever the number taken. The pick costs two
 /// index probes per account with fetches pending (`pending_fetches_turn_idx`: the
 /// accounts are walked one by one, each account's first turn read from the index), not

@@ -53,8 +53,9 @@ pub(super) enum Registry {
     Enable,
     /// Unregistered, its rows tombstoned (as `accounts remove`).
     Unregister,
-    /// Its kinds due now (the repositories it covers changed).
-    KindsDue,
+    /// The repositories it covers changed: its kinds due now, and its rows tombstoned
+    /// when the repository its base lists was removed from it.
+    Repositories,
 }
 
 /// The lifecycle events of GitHub Apps and Stripe Connect, by scheme, type and (GitHub)
@@ -72,7 +73,7 @@ pub(super) fn platform_event(
         }
         (Scheme::Github, "installation", Some("unsuspend")) => Registry::Enable,
         (Scheme::Github, "installation_repositories", Some("added" | "removed")) => {
-            Registry::KindsDue
+            Registry::Repositories
         }
         (Scheme::Stripe, "account.application.authorized", _) => Registry::Register,
         (Scheme::Stripe, "account.application.deauthorized", _) => {
@@ -342,15 +343,41 @@ impl Ingest {
                 .await
                 .map(|r| r.is_some())
                 .map_err(|e| e.to_string()),
-            Registry::KindsDue => {
-                let book = crate::bookkeeping::Bookkeeping::new(self.store.db().clone());
-                match self.registry_has(&account).await? {
-                    false => Ok(false),
-                    true => book
-                        .due_now(source, &account, kinds)
-                        .await
-                        .map(|()| true)
-                        .map_err(|e| e.to_string()),
+            Registry::Repositories => {
+                let Some((_, registry)) = &self.accounts else {
+                    return Ok((Outcome::Ignored, None));
+                };
+                match registry.enabled_base(source, &account).await? {
+                    None => Ok(false),
+                    Some((_, own_base)) => {
+                        let listed = own_base
+                            .as_deref()
+                            .or(self.api_base.as_deref())
+                            .and_then(super::repository_of_base);
+                        let removed = env
+                            .doc
+                            .get("repositories_removed")
+                            .and_then(|r| r.as_array())
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|r| r.get("full_name").and_then(|n| n.as_str()))
+                            .any(|n| listed.as_deref().is_some_and(|l| n.eq_ignore_ascii_case(l)));
+                        if removed {
+                            // Its rows are the removed repository's: gone from it, as
+                            // deleted at the sender (changes appended).
+                            self.store
+                                .tombstone_account(source, &account)
+                                .await
+                                .map(|_| true)
+                                .map_err(|e| e.to_string())
+                        } else {
+                            crate::bookkeeping::Bookkeeping::new(self.store.db().clone())
+                                .due_now(source, &account, kinds)
+                                .await
+                                .map(|()| true)
+                                .map_err(|e| e.to_string())
+                        }
+                    }
                 }
             }
         };
@@ -372,17 +399,6 @@ impl Ingest {
                 Ok((Outcome::Ignored, None))
             }
         }
-    }
-
-    /// Whether `account` is registered (enabled or not).
-    async fn registry_has(&self, account: &str) -> Result<bool, Refusal> {
-        let Some((_, registry)) = &self.accounts else {
-            return Ok(false);
-        };
-        Ok(registry
-            .uninstalled_by(&self.source, account)
-            .await?
-            .is_some())
     }
 
     /// Claims an event that changes no resource row (`change: None`): `Ok(true)` when

@@ -700,6 +700,25 @@ app_key = {{ file = "{}" }}
         1
     );
 
+    // The repository its base lists removed from the installation: its rows tombstoned
+    // (a change each), the installation kept.
+    let removed = github_hook(
+        "installation_repositories",
+        "d-removed",
+        &json!({"action": "removed", "installation": {"id": 4711},
+                "repository_selection": "selected", "repositories_added": [],
+                "repositories_removed": [{"id": 1, "full_name": "acme/shop"}]}),
+    );
+    assert_eq!(
+        answered(&app, "/webhooks/github", &removed).await,
+        "applied"
+    );
+    assert_eq!(
+        app.db
+            .count("resources WHERE account = '4711' AND NOT deleted"),
+        0
+    );
+    assert_eq!(app.db.count("accounts WHERE account = '4711'"), 1);
     let deleted = github_hook("installation", "d-deleted", &installation("deleted"));
     assert_eq!(
         answered(&app, "/webhooks/github", &deleted).await,

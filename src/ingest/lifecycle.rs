@@ -325,24 +325,26 @@ impl Ingest {
         use crate::accounts::lifecycle as registry;
         let (source, kinds) = (&self.source, self.reconciled.clone());
         let done = match change {
-            Registry::Register => registry::register(&self.store, source, &account, kinds)
-                .await
-                .map(|()| true)
-                .map_err(|e| e.to_string()),
+            Registry::Register => {
+                match registry::register(&self.store, source, &account, kinds).await {
+                    Ok(()) => Ok(true),
+                    Err(crate::accounts::AddError::Db(e)) => Err(e),
+                    // No base and no credential are given: neither can be refused.
+                    Err(e) => {
+                        tracing::warn!(source, account, error = %e, "a lifecycle event could not register its account");
+                        Ok(false)
+                    }
+                }
+            }
             Registry::Disable(why) => {
-                registry::suspend_or_resume(&self.store, source, &account, Some(why), kinds)
-                    .await
-                    .map_err(|e| e.to_string())
+                registry::suspend_or_resume(&self.store, source, &account, Some(why), kinds).await
             }
             Registry::Enable => {
-                registry::suspend_or_resume(&self.store, source, &account, None, kinds)
-                    .await
-                    .map_err(|e| e.to_string())
+                registry::suspend_or_resume(&self.store, source, &account, None, kinds).await
             }
             Registry::Unregister => registry::unregister(&self.store, source, &account, false)
                 .await
-                .map(|r| r.is_some())
-                .map_err(|e| e.to_string()),
+                .map(|r| r.is_some()),
             Registry::Repositories => {
                 let Some((_, registry)) = &self.accounts else {
                     return Ok((Outcome::Ignored, None));
@@ -369,13 +371,11 @@ impl Ingest {
                                 .tombstone_account(source, &account)
                                 .await
                                 .map(|_| true)
-                                .map_err(|e| e.to_string())
                         } else {
                             crate::bookkeeping::Bookkeeping::new(self.store.db().clone())
                                 .due_now(source, &account, kinds)
                                 .await
                                 .map(|()| true)
-                                .map_err(|e| e.to_string())
                         }
                     }
                 }
@@ -387,18 +387,23 @@ impl Ingest {
                 Ok((Outcome::Applied, None))
             }
             Ok(false) => Ok((Outcome::Ignored, None)),
-            Err(e) => {
-                tracing::error!(
-                    source,
-                    account,
-                    event_id = env.id,
-                    event_type = env.event_type,
-                    error = e,
-                    "a lifecycle event was claimed but the registry could not follow it; make the change with `webhook-reconciler accounts`"
-                );
-                Ok((Outcome::Ignored, None))
+            Err(e) => Err(self.unclaim(&env, e).await),
+        }
+    }
+
+    /// A lifecycle event was claimed but the registry could not follow it: the claim is
+    /// given up and the delivery answered 503, so the sender's retry makes the change
+    /// (claimed first, the retry would otherwise be a duplicate with nothing done).
+    async fn unclaim(&self, env: &Envelope, e: crate::db::DbError) -> Refusal {
+        match self.store.release_claim(&self.source, &env.id).await {
+            Ok(_) => {
+                tracing::warn!(source = self.source, event_id = env.id, event_type = env.event_type, error = %e, "a lifecycle event could not change the registry; answered 503 so that the sender retries it")
+            }
+            Err(release) => {
+                tracing::error!(source = self.source, event_id = env.id, event_type = env.event_type, error = %e, release_error = %release, "a lifecycle event was claimed but could not change the registry; make the change with `webhook-reconciler accounts`")
             }
         }
+        Refusal::Unavailable(e)
     }
 
     /// Claims an event that changes no resource row (`change: None`): `Ok(true)` when
@@ -454,10 +459,7 @@ impl Ingest {
                 Ok((Outcome::Applied, None))
             }
             Ok(false) => Ok((Outcome::Ignored, None)),
-            Err(e) => {
-                tracing::error!(source = self.source, account = shop, error = %e, "app/uninstalled was claimed but the shop could not be disabled; disable it with `webhook-reconciler accounts disable {} {shop}`", self.source);
-                Err(Refusal::Unavailable(e))
-            }
+            Err(e) => Err(self.unclaim(&env, e).await),
         }
     }
 

@@ -298,6 +298,14 @@ impl Store {
             .await
     }
 
+    /// Gives up the claim of an event whose effect (outside the claim's transaction:
+    /// a lifecycle event's change of the registry) failed, so that the sender's retry,
+    /// answered 503, claims and makes it again; whether it was there.
+    pub async fn release_claim(&self, source: &str, event_id: &str) -> Result<bool, DbError> {
+        let (s, e) = (source.to_string(), event_id.to_string());
+        self.db.write(move |c| sql::release_claim(c, &s, &e)).await
+    }
+
     /// Deletes at most `limit` dead letters last seen more than `age` ago.
     pub async fn prune_dead_letters(
         &self,

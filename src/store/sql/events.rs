@@ -367,6 +367,20 @@ pub(crate) fn dead_letters(
     })
 }
 
+/// Gives one claim up (its effect could not be made, and nothing was written with it):
+/// the sender's retry claims it again.
+pub(crate) fn release_claim(
+    conn: &mut Conn,
+    source: &str,
+    event_id: &str,
+) -> diesel::QueryResult<bool> {
+    let q = query(
+        conn.backend(),
+        "DELETE FROM processed_events WHERE source = $1 AND event_id = $2",
+    );
+    Ok(on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(event_id).execute(c))? > 0)
+}
+
 /// Deletes one dead letter; whether it was there.
 pub(crate) fn delete_dead_letter(
     conn: &mut Conn,

@@ -15,7 +15,7 @@ pub(crate) use claim_write::{ClaimWrite, claim_and_write};
 pub(crate) use events::{
     Claim, claim_many, claim_sql, claims_of, dead_letter_counts, dead_letters, delete_dead_letter,
     forget_dead_letters_of_account, prune_dead_letters, prune_events, record_dead_letter,
-    set_event_outcomes,
+    release_claim, set_event_outcomes,
 };
 pub use events::{ClaimRow, DeadLetter, DeadLetterSummary, Kept, SourceCount};
 pub(crate) use events::{Which, dead_letter_summaries};

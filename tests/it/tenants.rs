@@ -446,6 +446,28 @@ async fn stripe_connect_authorizations_register_and_deauthorizations_disable_acc
     );
     assert_eq!(app.db.count("accounts"), 0);
     let authorized = stripe_event("evt_auth_1", "account.application.authorized", "acct_A1");
+    // The registry refuses the write once (a trigger stands for a database that
+    // cannot take it): answered 503 and the claim given up, so the retry registers.
+    match b {
+        Backend::Postgres => app.db.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$; \
+             CREATE TRIGGER refuse BEFORE INSERT ON accounts FOR EACH ROW EXECUTE FUNCTION refuse()",
+        ),
+        Backend::Sqlite => app.db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON accounts BEGIN SELECT RAISE(ABORT, 'refused'); END",
+        ),
+    }
+    let (status, _) = post_to(&app, "/webhooks/stripe", &authorized).await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        app.db
+            .count("processed_events WHERE event_id = 'evt_auth_1'"),
+        0
+    );
+    app.db.execute(match b {
+        Backend::Postgres => "DROP TRIGGER refuse ON accounts",
+        Backend::Sqlite => "DROP TRIGGER refuse",
+    });
     assert_eq!(
         answered(&app, "/webhooks/stripe", &authorized).await,
         "applied"

@@ -294,6 +294,12 @@ impl Accounts {
         self.db.read(move |c| sql::list(c, &s)).await
     }
 
+    /// One registered account (`None`: not registered).
+    pub async fn get(&self, source: &str, account: &str) -> Result<Option<AccountRow>, DbError> {
+        let (s, a) = (source.to_string(), account.to_string());
+        self.db.read(move |c| sql::one(c, &s, &a)).await
+    }
+
     /// Whether `account` of `source` is enabled, and its own base URL; `None`: not
     /// registered. Nothing is opened.
     pub async fn enabled_base(

@@ -148,6 +148,27 @@ pub(crate) fn list(conn: &mut Conn, source: &str) -> diesel::QueryResult<Vec<Acc
     on_conn!(conn, c => q.bind::<Text, _>(source).load(c))
 }
 
+/// One registered account, if it is.
+pub(crate) fn one(
+    conn: &mut Conn,
+    source: &str,
+    account: &str,
+) -> diesel::QueryResult<Option<AccountRow>> {
+    use diesel::OptionalExtension;
+    let b = conn.backend();
+    let q = query(
+        b,
+        &format!(
+            "SELECT source, account, enabled, api_base, credential IS NOT NULL AS has_credential, \
+             {} AS created_at, disabled_reason, {} AS disabled_since FROM accounts \
+             WHERE source = $1 AND account = $2",
+            display_time(b, "created_at"),
+            display_time(b, "disabled_at")
+        ),
+    );
+    on_conn!(conn, c => q.bind::<Text, _>(source).bind::<Text, _>(account).get_result(c).optional())
+}
+
 /// Whether `account` of `source` is registered and enabled.
 pub(crate) fn is_enabled(
     conn: &mut Conn,

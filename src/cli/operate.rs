@@ -236,6 +236,24 @@ pub async fn explain(
             x.in_accounts.join(", ")
         );
     }
+    let many = config
+        .source(&x.source)
+        .is_some_and(|s| s.accounts.is_some());
+    if many && !x.account.is_empty() {
+        match &x.registered {
+            None => println!(
+                "account {}: not registered (never added, or removed)",
+                x.account
+            ),
+            Some(a) if a.enabled => println!("account {}: registered, enabled", x.account),
+            Some(a) => println!(
+                "account {}: registered, disabled ({}, since {})",
+                x.account,
+                a.disabled_reason.as_deref().unwrap_or("no reason kept"),
+                a.disabled_since.as_deref().unwrap_or("-")
+            ),
+        }
+    }
     match &x.row {
         None => println!("{name}: no row"),
         Some(r) => {

@@ -11,7 +11,7 @@ use crate::accounts::{AccessChange, AccountRow, Accounts, Rekeyed};
 use crate::config::Config;
 
 impl Operations {
-    fn registry(&self) -> Accounts {
+    pub(super) fn registry(&self) -> Accounts {
         Accounts::new(self.store.db().clone())
     }
 

@@ -34,6 +34,11 @@ pub struct Explanation {
     /// with this id (at most 20).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub in_accounts: Vec<String>,
+    /// Asked with an account: its registration (enabled, or why and since when it is
+    /// disabled: an operator, `app/uninstalled`, a suspension); `None` when it is not
+    /// registered (never, or removed, or erased).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registered: Option<crate::accounts::AccountRow>,
 }
 
 impl Explanation {
@@ -84,8 +89,14 @@ impl Operations {
         } else {
             Vec::new()
         };
+        let registered = if many && !account.is_empty() {
+            self.registry().get(source, account).await?
+        } else {
+            None
+        };
         Ok(Explanation {
             in_accounts,
+            registered,
             source: source.to_string(),
             account: account.to_string(),
             kind: kind.to_string(),

@@ -259,6 +259,17 @@ async fn shopify_lifecycle_webhooks_drive_the_registry_and_erasure_cannot_be_rep
     let a = listed.iter().find(|r| r.account == SHOP_A).unwrap();
     assert_eq!(a.disabled_reason.as_deref(), Some("app/uninstalled"));
     assert!(a.disabled_since.is_some());
+    // `explain` of one of its orders says so too.
+    let x = ops
+        .explain("shopify", "order", "1002", Some(SHOP_A))
+        .await
+        .unwrap();
+    let registered = x.registered.expect("the shop is registered");
+    assert!(!registered.enabled);
+    assert_eq!(
+        registered.disabled_reason.as_deref(),
+        Some("app/uninstalled")
+    );
     // The same uninstall body replayed under a fresh id is a duplicate.
     let replayed = with_header(&gone, "X-Shopify-Webhook-Id", "un-1-replayed");
     assert_eq!(

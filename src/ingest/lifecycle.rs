@@ -266,7 +266,7 @@ impl Ingest {
                     None => return ignored(format!("shop {shop} is not registered")),
                     Some(None) => {
                         return ignored(format!(
-                            "shop {shop} is installed: no app/uninstalled was seen since its last registration (a redact is erased only after one; `accounts remove {} {shop} --purge` erases it now)",
+                            "shop {shop} is installed: no app/uninstalled was seen since its last registration (a shop is erased only after one; `accounts remove {} {shop} --purge` erases it now)",
                             self.source
                         ));
                     }

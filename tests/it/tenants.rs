@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 use serde_json::{Value, json};
+use webhook_reconciler::operations::Operations;
 use webhook_reconciler::simulator::providers::{Provider, ProviderSim, Webhook};
 
 use crate::connect::{
@@ -72,6 +73,44 @@ api_bases = ["http://127.0.0.1:*/"]
     )
 }
 
+/// The app on shops A and B (each its own simulated API and token), once their first
+/// syncs (due at `accounts add`) are done: a sync listing the simulators later would
+/// bring back what a test erases, as Shopify's own listing would. `toml` adjusts the
+/// configuration.
+async fn two_shops(
+    b: Backend,
+    toml: impl FnOnce(String) -> String,
+) -> (TestApp, Operations, ProviderSim, ProviderSim) {
+    let sim_a = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
+        .await
+        .unwrap();
+    let sim_b = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
+        .await
+        .unwrap();
+    let db = TestDb::new(b);
+    let toml = toml(config(&db.url));
+    let app = spawn_app_with(db, &toml).await;
+    let ops = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
+    for (shop, sim, token) in [(SHOP_A, &sim_a, "shpat_a"), (SHOP_B, &sim_b, "shpat_b")] {
+        ops.add_account(
+            "shopify",
+            shop,
+            Some(sim.api_base()),
+            Some(SecretString::from(token)),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            app.db.count("reconcile_runs WHERE status = 'succeeded'") == 6
+        })
+        .await,
+        "the first syncs did not finish"
+    );
+    (app, ops, sim_a, sim_b)
+}
+
 /// Delivers `hook` for `shop` and waits until its row of `kind` `id` is stored (the
 /// state is fetched from the shop's API).
 async fn deliver_and_wait(app: &TestApp, shop: &str, hook: &Webhook, kind: &str, id: &str) {
@@ -101,36 +140,7 @@ both_backends!(
 async fn shopify_lifecycle_webhooks_drive_the_registry_and_erasure_cannot_be_replayed_or_forged(
     b: Backend,
 ) {
-    let sim_a = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
-        .await
-        .unwrap();
-    let sim_b = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
-        .await
-        .unwrap();
-    let db = TestDb::new(b);
-    let toml = config(&db.url);
-    let app = spawn_app_with(db, &toml).await;
-    let ops = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
-    for (shop, sim, token) in [(SHOP_A, &sim_a, "shpat_a"), (SHOP_B, &sim_b, "shpat_b")] {
-        ops.add_account(
-            "shopify",
-            shop,
-            Some(sim.api_base()),
-            Some(SecretString::from(token)),
-        )
-        .await
-        .unwrap();
-    }
-    // The shops' first syncs (due at `accounts add`) done first: a sync listing the
-    // simulators later would bring back what the test erases (as Shopify's own listing
-    // would).
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            app.db.count("reconcile_runs WHERE status = 'succeeded'") == 6
-        })
-        .await,
-        "the first syncs did not finish"
-    );
+    let (app, ops, sim_a, sim_b) = two_shops(b, |toml| toml).await;
     let buyer = |n: &str| json!({"email": "buyer@example.com", "note": n});
     // Shop A: orders 1001 and 1002 of customer 7, and the customer; shop B: its own 1001.
     let o1 = sim_a.change("orders", "1001", buyer("a1"), "orders/updated");
@@ -787,36 +797,9 @@ both_backends!(
 async fn a_flash_sales_pending_fetches_are_fetched_many_at_a_time_and_a_quiet_shop_still_lands_at_once(
     b: Backend,
 ) {
-    let sim_a = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
-        .await
-        .unwrap();
-    let sim_b = ProviderSim::start(Provider::Shopify, SHOPIFY_SECRET)
-        .await
-        .unwrap();
-    let db = TestDb::new(b);
     // The preset's budget: no requests_per_second of the test's own.
-    let toml = config(&db.url).replace("requests_per_second = 100\n", "");
-    let app = spawn_app_with(db, &toml).await;
-    let ops = lifecycle(&toml, crate::helpers::store_on(&app.db).await);
-    for (shop, sim, token) in [(SHOP_A, &sim_a, "shpat_a"), (SHOP_B, &sim_b, "shpat_b")] {
-        ops.add_account(
-            "shopify",
-            shop,
-            Some(sim.api_base()),
-            Some(SecretString::from(token)),
-        )
-        .await
-        .unwrap();
-    }
-    // The shops' first syncs (due at `accounts add`) done, so no full sweep runs while
-    // the shop's orders change below.
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            app.db.count("reconcile_runs WHERE status = 'succeeded'") == 6
-        })
-        .await,
-        "the first syncs did not finish"
-    );
+    let (app, _ops, sim_a, sim_b) =
+        two_shops(b, |toml| toml.replace("requests_per_second = 100\n", "")).await;
     // An order stored earlier, then gone at the shop, then named by a late delivery.
     let gone = sim_a.change("orders", "9999", json!({"note": "kept"}), "orders/updated");
     deliver_and_wait(&app, SHOP_A, &gone, "order", "9999").await;

@@ -3,9 +3,8 @@
 //! durable fetcher (`reconcile::fetches`: a delivery answered `fetching`, a conflict
 //! from either flow) and by [`Reconciler::resolve_in`] (fetch and write now).
 
-use std::time::Duration;
-
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use super::{Reconciler, RunCounts, RunError, compare, item_pointers};
 use crate::change::tie::Guard;
@@ -189,14 +188,15 @@ impl Reconciler {
             .get_many(k, ids)
             .await
             .map_err(|e| FetchError::Transient(e.to_string()))?;
-        let asked: HashSet<&str> = ids.iter().copied().collect();
+        // Each asked id taken once: an item not asked for, or sent twice, is dropped.
+        let mut asked: HashSet<&str> = ids.iter().copied().collect();
         let pointers = item_pointers(k, chrono::Utc::now().timestamp_micros());
         let mut changes: Vec<Change> = Vec::with_capacity(fetched.items.len());
         for item in &fetched.items {
             let Ok(mut change) = pointers.read(item, &s.name, &k.name) else {
                 continue;
             };
-            if !asked.contains(change.id.as_str()) || changes.iter().any(|c| c.id == change.id) {
+            if !asked.remove(change.id.as_str()) {
                 continue;
             }
             change.account = account.to_string();
